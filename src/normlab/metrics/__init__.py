@@ -1,0 +1,1 @@
+"""Measurements taken during training: names, gradient norms, sinks."""

@@ -1,0 +1,57 @@
+"""Every metric name written to metrics.jsonl (and W&B), defined once.
+
+The README's "Metrics" table documents each of these; scripts and notebooks should import the names
+from here rather than spelling the strings.
+"""
+
+STEP = "step"  # optimizer steps taken before this row was measured (0 = first batch, before any update)
+LOSS = "loss"  # training cross-entropy (nats/token) of this step's batch, mean over grad_accum micro-batches
+LR = "lr"  # learning rate used for this step's update
+GRAD_NORM = "grad_norm"  # global L2 norm of all gradients, before clipping
+CLIPPED = "clipped"  # 1 if gradient clipping scaled this step's gradients, else 0
+TOKENS_PER_S = "tokens_per_s"  # training tokens processed per second of wall time for this step
+VAL_LOSS = "val_loss"  # validation cross-entropy (nats/token), on evaluation rows only
+VAL_PPL = "val_ppl"  # exp(val_loss), on evaluation rows only
+
+# Per-layer and per-sublayer names take the block index i (0 = closest to the embedding).
+SUBLAYERS = ("attn", "ffn", "norm")
+
+
+def grad_norm_layer(i: int) -> str:
+    """L2 norm of the gradients of every parameter of block i, before clipping."""
+    return f"grad_norm/layer_{i}"
+
+
+def grad_norm_sublayer(i: int, part: str) -> str:
+    """L2 norm of the gradients of one part (attn, ffn or norm) of block i, before clipping."""
+    return f"grad_norm/layer_{i}/{part}"
+
+
+def param_norm_layer(i: int) -> str:
+    """L2 norm of all parameters of block i."""
+    return f"param_norm/layer_{i}"
+
+
+def update_ratio_layer(i: int) -> str:
+    """‖Δθ‖ / ‖θ‖ of block i's parameters over one optimizer step."""
+    return f"update_ratio/layer_{i}"
+
+
+def act_rms_layer(i: int) -> str:
+    """Root mean square of the residual stream after block i."""
+    return f"act_rms/layer_{i}"
+
+
+ACT_RMS_HEAD = "act_rms/head_input"  # RMS of the input to the LM head (after the final norm, if any)
+
+
+def attn_max_logit_layer(i: int) -> str:
+    """Largest attention logit q·k/√d_head in block i (before the causal mask and softmax)."""
+    return f"attn_max_logit/layer_{i}"
+
+
+LOGIT_MEAN = "logits/mean"  # mean output logit over the batch
+LOGIT_MAX = "logits/max"  # largest output logit over the batch
+MODEL_UPDATE = "model_update"  # ‖F(x, θ_t) − F(x, θ_0)‖ on a fixed probe batch (DeepNet's measure)
+SPIKE_LOSS = "spike/loss"  # 1 on a step whose loss is a spike (see metrics.spikes)
+SPIKE_GRAD_NORM = "spike/grad_norm"  # 1 on a step whose grad norm is a spike

@@ -1,0 +1,220 @@
+"""A decoder-only GPT whose every residual branch takes its norms from the chosen variant."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.model.norms import NORMS, build_norm
+from normlab.model.placements import PLACEMENTS, Placement
+from normlab.model.variant import InvalidVariant, check_variant
+
+INITS = ("gpt2", "xavier")
+POSITIONS = ("learned", "sinusoidal")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise InvalidVariant(
+                f"model.d_model={d_model} is not divisible by model.n_heads={n_heads}; pick n_heads dividing d_model."
+            )
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = dropout
+        # Set by instrumentation on the steps that log it; the explicit q·k costs an extra matmul.
+        self.capture_max_logit = False
+        self.max_logit: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        if self.capture_max_logit:
+            with torch.no_grad():
+                scores = (q @ k.transpose(-2, -1)) * k.shape[-1] ** -0.5
+                causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+                self.max_logit = scores.masked_fill(~causal, float("-inf")).amax().float()
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+        )
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, mult: int, bias: bool) -> None:
+        super().__init__()
+        self.up = nn.Linear(d_model, mult * d_model, bias=bias)
+        self.down = nn.Linear(mult * d_model, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class ResidualBranch(nn.Module):
+    """x → [norm_in] → sublayer → [norm_out] → dropout → α·x + · → [norm_add]; unfilled slots are identities."""
+
+    def __init__(
+        self,
+        sublayer: nn.Module,
+        d_model: int,
+        norm: Mapping[str, Any],
+        where: Placement,
+        alpha: float,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.sublayer = sublayer
+
+        def slot(filled: bool) -> nn.Module:
+            return build_norm(d_model, norm) if filled else nn.Identity()
+
+        self.norm_in = slot(where.before_sublayer)
+        self.norm_out = slot(where.after_sublayer)
+        self.norm_add = slot(where.after_add)
+        self.alpha = alpha
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.drop(self.norm_out(self.sublayer(self.norm_in(x))))
+        return self.norm_add(x * self.alpha + h if self.alpha != 1.0 else x + h)
+
+
+class Block(nn.Module):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        norm: Mapping[str, Any],
+        where: Placement,
+        alpha: float,
+        dropout: float,
+        bias: bool,
+        ffn_mult: int,
+    ) -> None:
+        super().__init__()
+        self.attn = ResidualBranch(
+            CausalSelfAttention(d_model, n_heads, dropout, bias), d_model, norm, where, alpha, dropout
+        )
+        self.ffn = ResidualBranch(FeedForward(d_model, ffn_mult, bias), d_model, norm, where, alpha, dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ffn(self.attn(x))
+
+
+def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
+    """The fixed sin/cos position encodings of Vaswani et al. 2017, shape (length, d_model)."""
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: d_model // 2])
+    return table
+
+
+class GPT(nn.Module):
+    """Token ids (batch, time) → logits (batch, time, vocab_size).
+
+    `norm` is the resolved `norm` config group (a mapping with at least `name`); `placement` names an
+    entry of PLACEMENTS. `embed_scale` multiplies token embeddings: a number, or "sqrt_d" for √d_model.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        context_length: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        norm: Mapping[str, Any],
+        placement: str,
+        dropout: float = 0.0,
+        bias: bool = True,
+        pos: str = "learned",
+        tie_embeddings: bool = True,
+        init: str = "gpt2",
+        embed_scale: float | str = 1.0,
+        ffn_mult: int = 4,
+    ) -> None:
+        super().__init__()
+        norm = dict(norm)
+        check_variant(norm["name"], placement)
+        if init not in INITS:
+            raise InvalidVariant(f"model.init={init} is unknown; choose one of {', '.join(INITS)}.")
+        if pos not in POSITIONS:
+            raise InvalidVariant(f"model.pos={pos} is unknown; choose one of {', '.join(POSITIONS)}.")
+        if n_layers < 1:
+            raise InvalidVariant(f"depth={n_layers} must be at least 1.")
+        kind, where = NORMS[norm["name"]], PLACEMENTS[placement]
+        self.norm_name, self.placement, self.n_layers = norm["name"], placement, n_layers
+        self.context_length, self.d_model = context_length, d_model
+        self.embed_scale = math.sqrt(d_model) if embed_scale == "sqrt_d" else float(embed_scale)
+
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        if pos == "learned":
+            self.pos_emb = nn.Parameter(torch.zeros(context_length, d_model))
+        else:
+            self.register_buffer("pos_table", sinusoidal_positions(context_length, d_model), persistent=False)
+            self.pos_emb = None
+        self.drop = nn.Dropout(dropout)
+        alpha = kind.residual_scale(n_layers)
+        self.blocks = nn.ModuleList(
+            Block(d_model, n_heads, norm, where, alpha, dropout, bias, ffn_mult) for _ in range(n_layers)
+        )
+        self.final_norm = build_norm(d_model, norm) if where.final_norm else nn.Identity()
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        if tie_embeddings:
+            self.head.weight = self.tok_emb.weight
+        self._init_weights(init, kind.init_gain(n_layers), scale_residual=kind.init_gain(n_layers) == 1.0)
+
+    @torch.no_grad()
+    def _init_weights(self, init: str, beta: float, scale_residual: bool) -> None:
+        """`gpt2`: N(0, 0.02), residual projections ×1/√(2·depth). `xavier`: Glorot-uniform per projection
+        (q, k, v separately), embeddings N(0, d^-½) as in Vaswani et al. Then DeepNorm's β on v, out, up, down
+        (β replaces GPT-2's residual scaling when it is not 1)."""
+        d = self.d_model
+        emb_std = 0.02 if init == "gpt2" else d**-0.5
+        nn.init.normal_(self.tok_emb.weight, std=emb_std)
+        if self.pos_emb is not None:
+            nn.init.normal_(self.pos_emb, std=emb_std)
+        if self.head.weight is not self.tok_emb.weight:
+            nn.init.normal_(self.head.weight, std=emb_std)
+        residual_std = 0.02 / math.sqrt(2 * self.n_layers) if scale_residual else 0.02
+        for block in self.blocks:
+            attn, ffn = block.attn.sublayer, block.ffn.sublayer
+            projections = [
+                (w, residual_std if w is attn.out.weight or w is ffn.down.weight else 0.02)
+                for w in (*attn.qkv.weight.split(d), attn.out.weight, ffn.up.weight, ffn.down.weight)
+            ]
+            for w, std in projections:
+                if init == "gpt2":
+                    nn.init.normal_(w, std=std)
+                else:
+                    nn.init.xavier_uniform_(w)
+            for lin in (attn.qkv, attn.out, ffn.up, ffn.down):
+                if lin.bias is not None:
+                    nn.init.zeros_(lin.bias)
+            if beta != 1.0:
+                attn.qkv.weight[2 * d :].mul_(beta)
+                for w in (attn.out.weight, ffn.up.weight, ffn.down.weight):
+                    w.mul_(beta)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        if t > self.context_length:
+            raise ValueError(f"sequence of {t} tokens exceeds model.context_length={self.context_length}")
+        pos = self.pos_emb[:t] if self.pos_emb is not None else self.pos_table[:t]
+        x = self.drop(self.tok_emb(idx) * self.embed_scale + pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.final_norm(x))
+
+    def n_params(self) -> int:
+        """Trainable parameters, the tied head counted once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)

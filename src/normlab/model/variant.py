@@ -1,0 +1,32 @@
+"""A norm × placement variant: whether it is defined, and what its block computes."""
+
+from __future__ import annotations
+
+from normlab.model.norms import NORMS
+from normlab.model.placements import PLACEMENTS, branch_formula
+
+
+class InvalidVariant(ValueError):
+    """A norm × placement (or other model knob) combination that is not defined."""
+
+
+def check_variant(norm: str, placement: str) -> None:
+    """Raise InvalidVariant, in one sentence naming the valid choices, if this combination is undefined."""
+    if norm not in NORMS:
+        raise InvalidVariant(f"norm={norm} is unknown; choose one of {', '.join(NORMS)}.")
+    if placement not in PLACEMENTS:
+        raise InvalidVariant(f"placement={placement} is unknown; choose one of {', '.join(PLACEMENTS)}.")
+    allowed = NORMS[norm].placements
+    if allowed is not None and placement not in allowed:
+        raise InvalidVariant(
+            f"norm={norm} is defined only for placement={'|'.join(allowed)}, not placement={placement}; "
+            f"use placement={allowed[0]} or another norm."
+        )
+
+
+def block_formula(norm: str, placement: str, n_layers: int) -> str:
+    """Both residual branches of a block, e.g. `x ← LN(2.21·x + Attn(x)); x ← LN(2.21·x + FFN(x))`."""
+    check_variant(norm, placement)
+    kind, where = NORMS[norm], PLACEMENTS[placement]
+    alpha = kind.residual_scale(n_layers)
+    return "; ".join(branch_formula(where, kind.symbol, f, alpha) for f in ("Attn", "FFN"))

@@ -1,0 +1,1 @@
+"""Training: optimizer, schedules, checkpoints, the loop, and a run's lifecycle."""

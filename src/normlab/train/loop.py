@@ -1,0 +1,219 @@
+"""The training loop: fused gradient norms, no per-step host sync, rows flushed in blocks."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.data.batches import sample_windows
+from normlab.metrics import names
+from normlab.metrics.grad_norms import GradNorms, clip_
+from normlab.train.optim import build_optimizer
+from normlab.train.schedule import lr_at
+
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class LoopResult:
+    steps: int  # optimizer updates made
+    status: str  # completed | diverged
+    diverged_at: int | None = None
+    train_losses: list[float] = field(default_factory=list)
+    val_losses: dict[int, float] = field(default_factory=dict)
+    tokens_per_s: list[float] = field(default_factory=list)
+
+
+class Trainer:
+    """Owns the model, optimizer and RNG streams of one run; `fit` trains and reports rows to `emit`."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_tokens: np.ndarray,
+        val_tokens: np.ndarray,
+        train_cfg: dict[str, Any],
+        optim_cfg: dict[str, Any],
+        schedule: str,
+        warmup_steps: int,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        self.model, self.device = model, device
+        self.cfg, self.optim_cfg, self.schedule, self.warmup_steps = (
+            train_cfg,
+            optim_cfg,
+            schedule,
+            warmup_steps,
+        )
+        self.train_tokens, self.val_tokens = train_tokens, val_tokens
+        self.optimizer = build_optimizer(model, optim_cfg, device)
+        precision = train_cfg["precision"]
+        if precision not in DTYPES:
+            raise ValueError(f"train.precision={precision} is unknown; choose one of {', '.join(DTYPES)}.")
+        self.amp_dtype = DTYPES[precision]
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        self.data_rng = torch.Generator().manual_seed(seed)
+        self.grad_norms = GradNorms(model, model.n_layers)
+        self.step = 0
+        self.tokens_per_step = train_cfg["batch_size"] * train_cfg["seq_len"] * train_cfg["grad_accum"]
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def batch(self, tokens: np.ndarray, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = sample_windows(tokens, self.cfg["batch_size"], self.cfg["seq_len"], rng)
+        if self.device.type == "cuda":
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(
+                self.device, non_blocking=True
+            )
+        return x, y
+
+    def lr(self, step: int) -> float:
+        return lr_at(
+            step,
+            lr=float(self.optim_cfg["lr"]),
+            min_lr=float(self.optim_cfg["min_lr"]),
+            warmup_steps=self.warmup_steps,
+            max_steps=self.cfg["max_steps"],
+            schedule=self.schedule,
+        )
+
+    def train_step(self, update: bool) -> torch.Tensor:
+        """Forward/backward over grad_accum micro-batches, measure, clip and (if `update`) step.
+
+        Returns, without a host sync, [loss, clipped, *grad norms in GradNorms.keys order].
+        """
+        self.model.train()
+        accum = self.cfg["grad_accum"]
+        loss_sum = torch.zeros((), device=self.device)
+        for _ in range(accum):
+            x, y = self.batch(self.train_tokens, self.data_rng)
+            with self.autocast():
+                logits = self.model(x)
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1))
+            self.scaler.scale(loss / accum).backward()
+            loss_sum += loss.detach()
+        self.scaler.unscale_(self.optimizer)
+        grads = self.grad_norms.grads()
+        norms = self.grad_norms.compute(grads)
+        clipped = torch.zeros((), device=self.device)
+        if self.cfg["grad_clip"] > 0:
+            clipped = clip_(grads, norms[0], float(self.cfg["grad_clip"]))
+        if update:
+            lr = self.lr(self.step)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return torch.cat([(loss_sum / accum).view(1), clipped.view(1), norms])
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean validation loss over eval_batches windows, the same windows at every evaluation."""
+        self.model.eval()
+        rng = torch.Generator().manual_seed(0)
+        total = torch.zeros((), device=self.device)
+        for _ in range(self.cfg["eval_batches"]):
+            x, y = self.batch(self.val_tokens, rng)
+            with self.autocast():
+                logits = self.model(x)
+            total += F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1))
+        self.model.train()
+        return (total / self.cfg["eval_batches"]).item()
+
+    def fit(self, emit: Callable[[dict[str, Any]], None], on_checkpoint: Callable[[], None]) -> LoopResult:
+        """Train from self.step to train.max_steps; each measured step becomes one row passed to `emit`.
+
+        Row `step` is measured before that step's update, so step 0 is the gradient profile at init. With
+        max_steps=0 the step-0 row is measured and no update is made. Rows reach the host every
+        train.flush_every steps; a non-finite loss or gradient norm found there ends the run as diverged.
+        """
+        max_steps, eval_every = self.cfg["max_steps"], self.cfg["eval_every"]
+        ckpt_every, flush_every = self.cfg["ckpt_every"], max(1, self.cfg["flush_every"])
+        result = LoopResult(steps=self.step, status="completed")
+        keys = ["loss", names.CLIPPED, *self.grad_norms.keys]
+        pending: list[tuple[int, float, torch.Tensor]] = []
+        window_start, window_steps = time.perf_counter(), 0
+
+        def flush() -> bool:
+            nonlocal window_start, window_steps
+            if not pending:
+                return True
+            values = torch.stack([v for _, _, v in pending]).tolist()
+            now = time.perf_counter()
+            tps = window_steps * self.tokens_per_step / max(now - window_start, 1e-9)
+            window_start, window_steps = now, 0
+            for (step, lr, _), vals in zip(pending, values, strict=True):
+                row = {names.STEP: step, names.LR: lr, **dict(zip(keys, vals, strict=True))}
+                row[names.CLIPPED] = int(row[names.CLIPPED])
+                row[names.TOKENS_PER_S] = tps
+                if step in result.val_losses:
+                    row[names.VAL_LOSS] = result.val_losses[step]
+                    row[names.VAL_PPL] = math.exp(min(result.val_losses[step], 700.0))
+                emit(row)
+                result.train_losses.append(row[names.LOSS])
+                result.tokens_per_s.append(tps)
+                if not (math.isfinite(row[names.LOSS]) and math.isfinite(row[names.GRAD_NORM])):
+                    result.status, result.diverged_at, result.steps = "diverged", step, step
+                    pending.clear()
+                    return False
+            pending.clear()
+            return True
+
+        while self.step < max_steps or (max_steps == 0 and not result.train_losses):
+            step = self.step
+            if max_steps == 0 or (eval_every > 0 and step % eval_every == 0):
+                result.val_losses[step] = self.evaluate()
+            update = step < max_steps
+            pending.append((step, self.lr(step) if update else 0.0, self.train_step(update)))
+            window_steps += 1
+            if update:
+                self.step += 1
+                result.steps = self.step
+            done = self.step >= max_steps
+            if (
+                len(pending) >= flush_every or done or (ckpt_every and self.step % ckpt_every == 0)
+            ) and not flush():
+                return result
+            if ckpt_every and update and self.step % ckpt_every == 0 and not done:
+                on_checkpoint()
+            if done:
+                break
+        if max_steps > 0:
+            val = result.val_losses[self.step] = self.evaluate()
+            emit({names.STEP: self.step, names.VAL_LOSS: val, names.VAL_PPL: math.exp(min(val, 700.0))})
+        return result
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "step": self.step,
+            "data_rng": self.data_rng.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step = state["step"]
+        self.data_rng.set_state(state["data_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])

@@ -1,0 +1,37 @@
+"""AdamW with weight decay on weight matrices only."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def decay_split(model: nn.Module, decay_embeddings: bool) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """(decayed, not decayed): matrices of linear layers decay; norms, biases and (unless asked) embeddings don't."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    embeddings |= {id(p) for name, p in model.named_parameters() if name.endswith("pos_emb")}
+    decayed, plain = [], []
+    for p in model.parameters():  # tied weights appear once
+        if not p.requires_grad:
+            continue
+        is_embedding = id(p) in embeddings
+        (decayed if p.dim() >= 2 and (decay_embeddings or not is_embedding) else plain).append(p)
+    return decayed, plain
+
+
+def build_optimizer(model: nn.Module, optim: Mapping[str, Any], device: torch.device) -> torch.optim.AdamW:
+    decayed, plain = decay_split(model, bool(optim.get("decay_embeddings", False)))
+    groups = [
+        {"params": decayed, "weight_decay": float(optim["weight_decay"])},
+        {"params": plain, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        groups,
+        lr=float(optim["lr"]),
+        betas=tuple(optim["betas"]),
+        eps=float(optim["eps"]),
+        fused=device.type == "cuda",
+    )

@@ -1,0 +1,15 @@
+"""Train one GPT variant: `python train.py norm=rms placement=pre depth=12 warmup_steps=0` (add -m to sweep)."""
+
+import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(config_path="configs", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    from normlab.cli import run_hydra_job
+
+    return run_hydra_job(cfg)
+
+
+if __name__ == "__main__":
+    main()
