@@ -1,0 +1,106 @@
+"""Where stories come from: each source yields training and validation texts and a cheap key.
+
+A source's `spec` must be computable without reading the data (it keys the token cache, and a
+second run must start instantly), and must change whenever the texts it yields would change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from .cache import progress_enabled
+from .synthetic import GENERATOR_VERSION, TRAIN_STREAM, VAL_STREAM, generate_story
+
+
+class Source:
+    """Training and validation texts of one corpus."""
+
+    name: str = ""
+    n_train: int | None = None  # number of training texts when known up front (progress bars)
+    n_val: int | None = None
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def train_texts(self) -> Iterable[str]:
+        raise NotImplementedError
+
+    def val_texts(self) -> Iterable[str]:
+        raise NotImplementedError
+
+    def info(self) -> dict[str, Any]:
+        """Extra facts for the cache's meta.json (after the texts were read)."""
+        return {}
+
+
+def _positive_int(
+    cfg: dict[str, Any], key: str, default: int | None = None, *, allow_null: bool = False
+) -> Any:
+    from normlab.errors import UserError
+
+    value = cfg.get(key, default)
+    if value is None and allow_null:
+        return None
+    try:
+        ivalue = int(value)
+        ok = ivalue > 0 and float(value) == ivalue
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        hint = " or null" if allow_null else ""
+        raise UserError(f"data.{key}={value} is not valid; set data.{key} to a positive integer{hint}.")
+    return ivalue
+
+
+class SyntheticSource(Source):
+    """The embedded corpus (see `normlab.data.synthetic`), generated in memory.
+
+    Validation stories come from their own seed stream; any that happen to equal a training story
+    are dropped, so the two splits never share a story.
+    """
+
+    name = "synthetic"
+
+    def __init__(self, cfg: dict[str, Any], progress: bool = True) -> None:
+        self.n_train = _positive_int(cfg, "n_train_stories", 50_000)
+        self.n_val = _positive_int(cfg, "n_val_stories", 2_000)
+        self.seed = int(cfg.get("corpus_seed", 1234))
+        self.progress = progress
+        self._train: list[str] | None = None
+        self._val: list[str] | None = None
+        self._dropped = 0
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return {
+            "generator_version": GENERATOR_VERSION,
+            "n_train_stories": self.n_train,
+            "n_val_stories": self.n_val,
+            "corpus_seed": self.seed,
+        }
+
+    def _generate(self, n: int, stream: str) -> list[str]:
+        it = range(n)
+        if progress_enabled(self.progress):
+            it = tqdm(it, desc=f"generating {stream} stories", unit=" stories", leave=False)
+        return [generate_story(self.seed, i, stream) for i in it]
+
+    def train_texts(self) -> list[str]:
+        if self._train is None:
+            self._train = self._generate(self.n_train, TRAIN_STREAM)
+        return self._train
+
+    def val_texts(self) -> list[str]:
+        if self._val is None:
+            seen = set(self.train_texts())
+            val = self._generate(self.n_val, VAL_STREAM)
+            self._val = [s for s in val if s not in seen]
+            self._dropped = len(val) - len(self._val)
+        return self._val
+
+    def info(self) -> dict[str, Any]:
+        return {"val_stories_dropped_as_duplicates": self._dropped}
