@@ -1,0 +1,56 @@
+"""Shared fixtures: a composed config of the real Hydra tree, sized for seconds on a CPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+
+# A tiny model on a tiny slice of the embedded corpus: every knob still goes through the real config tree.
+TINY = [
+    "model=tiny",
+    "logger=none",
+    "data=synthetic",
+    "data.n_train_stories=400",
+    "data.n_val_stories=40",
+    "data.vocab_size=512",
+    "train.batch_size=8",
+    "train.seq_len=32",
+    "train.max_steps=3",
+    "train.eval_every=0",
+    "train.eval_batches=2",
+    "train.sample_tokens=4",
+    "train.progress=false",
+    "depth=2",
+    "warmup_steps=2",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_overrides() -> list[str]:
+    return list(TINY)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("normlab-cache")
+
+
+@pytest.fixture
+def make_cfg(cache_dir: Path) -> Callable[..., DictConfig]:
+    def make(*overrides: str) -> DictConfig:
+        with initialize_config_dir(str(CONFIGS), version_base="1.3"):
+            return compose("config", overrides=[*TINY, f"data.cache_dir={cache_dir}", *overrides])
+
+    return make
