@@ -1,0 +1,119 @@
+"""The command lines behind scripts/compare.py and scripts/plot.py (kept here so tests call them in-process)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+from normlab.analysis.load import NoRunsFound, UnknownKey, load_runs, short_names
+from normlab.analysis.plots import FIGURES, NoData, plot_grad_norm, plot_loss, save
+from normlab.analysis.report import default_out_dir, summary_markdown, write_report
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _group_by(value: str | None):
+    if value is None:
+        return None
+    return "run" if value.strip() == "run" else [k.strip() for k in value.split(",") if k.strip()]
+
+
+def compare_main(argv: Sequence[str] | None = None) -> int:
+    matplotlib.use("Agg")
+    figure_keys = [f.key for f in FIGURES] + ["grid"]
+    parser = argparse.ArgumentParser(
+        prog="compare.py",
+        description="Compare runs: group them by the config values that differ, average seeds (mean ± std), "
+        "and write figures, report.md, summary.csv and runs.csv. Reads metrics.jsonl, summary.json and "
+        ".hydra/config.yaml only.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="SWEEP_OR_RUN_DIR", help="sweep or run directories")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="output directory (default: DIR/report for one directory, outputs/compare/<time> for several)",
+    )
+    parser.add_argument(
+        "--grid",
+        metavar="A,B",
+        help="two config keys for the final-val-loss heatmap, e.g. depth,warmup_steps "
+        "or norm,placement (default: the two that vary, when exactly two do)",
+    )
+    parser.add_argument(
+        "--group-by",
+        metavar="KEYS",
+        help="comma-separated config keys to group by instead of all that "
+        "differ (others are averaged over), or 'run' for one line per run",
+    )
+    parser.add_argument("--logx", action="store_true", help="log-scale step axes")
+    parser.add_argument(
+        "--smooth", type=int, default=1, metavar="N", help="rolling mean of the training loss over N steps"
+    )
+    parser.add_argument("--figures", metavar="NAMES", help=f"only these figures: {','.join(figure_keys)}")
+    args = parser.parse_args(argv)
+    figures = [f.strip() for f in args.figures.split(",")] if args.figures else None
+    if figures and (unknown := [f for f in figures if f not in figure_keys]):
+        parser.error(f"unknown figure(s) {','.join(unknown)}; choose from {','.join(figure_keys)}")
+    try:
+        rs = load_runs(args.paths, group_by=_group_by(args.group_by), on_warning=_warn)
+        out = args.out or default_out_dir(args.paths)
+        report = write_report(rs, out, grid=args.grid, logx=args.logx, smooth=args.smooth, figures=figures)
+    except (FileNotFoundError, NoRunsFound, UnknownKey, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    counts = ", ".join(f"{n} {s}" for s, n in rs.runs["status"].value_counts().items())
+    print(
+        f"{len(rs.runs)} runs ({counts}) in {len(rs.variants)} variant(s), grouped by: "
+        f"{', '.join(short_names(rs.group_keys).values()) or 'nothing (one group)'}"
+    )
+    if report.summary is not None and not report.summary.empty:
+        print()
+        print(summary_markdown(report.summary))
+        print()
+    for name, why in report.skipped.items():
+        print(f"skipped {name}: {why}")
+    print(f"figures: {report.out_dir}/ ({', '.join(p.name for p in report.figures.values()) or 'none'})")
+    print(f"report: {report.path}")
+    return 0
+
+
+def plot_main(argv: Sequence[str] | None = None) -> int:
+    matplotlib.use("Agg")
+    parser = argparse.ArgumentParser(
+        prog="plot.py",
+        description="Draw loss.png (train and validation loss vs step) and grad_norm.png (global gradient "
+        "norm vs step, log scale), one line per run labelled by what differs between runs. "
+        "scripts/compare.py draws every figure and writes a report.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="RUN_OR_SWEEP_DIR")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="output directory (default: the directory given, or outputs/compare/<time> for several)",
+    )
+    parser.add_argument(
+        "--mean", action="store_true", help="average seeds (mean ± std) instead of one line per run"
+    )
+    parser.add_argument("--logx", action="store_true", help="log-scale step axis")
+    args = parser.parse_args(argv)
+    try:
+        rs = load_runs(args.paths, group_by=None if args.mean else "run", on_warning=_warn)
+    except (FileNotFoundError, NoRunsFound) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = args.out or default_out_dir(args.paths, subdir="")
+    written = []
+    for filename, draw in (("loss.png", plot_loss), ("grad_norm.png", plot_grad_norm)):
+        try:
+            written.append(save(draw(rs, logx=args.logx), out / filename))
+        except NoData as e:
+            print(f"skipped {filename}: {e}", file=sys.stderr)
+    for path in written:
+        print(f"wrote {path}")
+    return 0 if written else 1

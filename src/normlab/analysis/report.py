@@ -1,0 +1,269 @@
+"""report.md: the summary table, every figure that has data, diverged and invalid runs, all runs."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from normlab.analysis.load import SEED_KEY, RunSet, short_names
+from normlab.analysis.plots import FIGURES, NoData, plot_grid, save
+from normlab.analysis.stats import fmt_mean_std, fmt_params, summary_table
+
+REPORT_FILE = "report.md"
+SUMMARY_CSV = "summary.csv"
+RUNS_CSV = "runs.csv"
+GRID_METRIC = "final_val_loss"
+
+
+@dataclass
+class Report:
+    """What write_report produced: report.md, the figures it drew, and why others were skipped."""
+
+    path: Path
+    out_dir: Path
+    figures: dict[str, Path] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    summary: pd.DataFrame | None = None
+
+
+def default_out_dir(paths: Sequence[str | Path], subdir: str = "report") -> Path:
+    """One directory given: `DIR/subdir`; several: `outputs/compare/<timestamp>`."""
+    if len(paths) == 1 and Path(paths[0]).is_dir():
+        return Path(paths[0]) / subdir if subdir else Path(paths[0])
+    return Path("outputs") / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def choose_grid(rs: RunSet, grid: str | Sequence[str] | None) -> tuple[str, str] | str:
+    """The two grid axes (config keys), or the reason there is no grid."""
+    if isinstance(grid, str):
+        grid = [g.strip() for g in grid.split(",") if g.strip()]
+    if grid:
+        if len(grid) != 2:
+            raise ValueError(f"--grid takes two config keys separated by a comma, got {','.join(grid)}")
+        return rs.resolve_key(grid[0]), rs.resolve_key(grid[1])
+    keys = rs.group_keys
+    if len(keys) == 2:
+        return keys[0], keys[1]
+    if "norm.name" in keys and "placement.name" in keys:
+        return "placement.name", "norm.name"
+    if len(keys) < 2:
+        return "fewer than two config keys vary between these runs"
+    return f"more than two config keys vary ({', '.join(keys)}); choose two with --grid A,B"
+
+
+def _md_escape(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _num(value: Any, fmt: str = "{:.3f}") -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    return fmt.format(v) if math.isfinite(v) else str(v)
+
+
+def summary_markdown(table: pd.DataFrame) -> str:
+    headers = [
+        "variant",
+        "runs",
+        "final val loss",
+        "best val loss",
+        "final train loss",
+        "spikes/run",
+        "diverged",
+        "tokens/s",
+        "params",
+    ]
+    rows = []
+    for r in table.itertuples(index=False):
+        rows.append(
+            [
+                r.variant,
+                r.runs,
+                fmt_mean_std(r.final_val_loss_mean, r.final_val_loss_std),
+                fmt_mean_std(r.best_val_loss_mean, r.best_val_loss_std),
+                fmt_mean_std(r.final_train_loss_mean, r.final_train_loss_std),
+                f"{r.n_spikes_mean:.1f}",
+                f"{r.diverged}/{r.runs} ({r.divergence_rate:.0%})",
+                _num(r.tokens_per_s_mean, "{:,.0f}"),
+                fmt_params(r.n_params),
+            ]
+        )
+    return md_table(headers, rows)
+
+
+def wanted_grid(figures: Sequence[str] | None) -> bool:
+    return figures is None or "grid" in figures
+
+
+def write_report(
+    rs: RunSet,
+    out_dir: str | Path,
+    *,
+    grid: str | Sequence[str] | None = None,
+    logx: bool = False,
+    smooth: int = 1,
+    figures: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Report:
+    """Draw every figure that has data into `out_dir`, and write report.md, summary.csv and runs.csv.
+
+    `grid`: two config keys for the final-val-loss heatmap ("depth,warmup_steps"); by default the two
+    grouping keys when exactly two vary (or norm × placement). `figures`: keys of FIGURES to draw (all).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = Report(path=out / REPORT_FILE, out_dir=out)
+    axes = choose_grid(rs, grid) if wanted_grid(figures) else None  # unknown keys fail before any drawing
+    options = {"logx": logx, "smooth": smooth}
+    wanted = set(figures) if figures is not None else None
+    sections: list[tuple[str, str]] = []  # (title, filename)
+    for spec in FIGURES:
+        if wanted is not None and spec.key not in wanted:
+            continue
+        try:
+            fig = spec.draw(rs, **{k: options[k] for k in spec.options})
+        except NoData as e:
+            report.skipped[spec.title] = str(e)
+            continue
+        report.figures[spec.key] = save(fig, out / spec.filename)
+        sections.append((spec.title, spec.filename))
+
+    if axes is not None:
+        grid_title = f"Grid of {GRID_METRIC.replace('_', ' ')}"
+        if isinstance(axes, str):
+            report.skipped[grid_title] = axes
+        else:
+            display = short_names(list(axes))
+            grid_title = f"{grid_title} over {display[axes[0]]} × {display[axes[1]]}"
+            try:
+                fig = plot_grid(rs, axes[0], axes[1], metric=GRID_METRIC)
+            except NoData as e:
+                report.skipped[grid_title] = str(e)
+            else:
+                filename = f"grid_{GRID_METRIC}.png"
+                report.figures["grid"] = save(fig, out / filename)
+                sections.append((grid_title, filename))
+
+    table = summary_table(rs)
+    report.summary = table
+    table.to_csv(out / SUMMARY_CSV, index=False)
+    rs.runs.drop(columns=["_order"], errors="ignore").to_csv(out / RUNS_CSV)
+    report.path.write_text(_markdown(rs, table, sections, report.skipped, title))
+    return report
+
+
+def _markdown(
+    rs: RunSet,
+    table: pd.DataFrame,
+    sections: list[tuple[str, str]],
+    skipped: dict[str, str],
+    title: str | None,
+) -> str:
+    runs = rs.runs
+    lines: list[str] = [f"# {title or f'Comparison of {len(runs)} runs'}", ""]
+    sources = ", ".join(f"`{p}`" for p in rs.sources)
+    lines.append(f"Generated {time.strftime('%Y-%m-%d %H:%M')} from {sources}.")
+    lines.append("")
+    display = short_names(rs.group_keys)
+    if rs.group_keys:
+        by = ", ".join(f"**{display[k]}**" for k in rs.group_keys)
+        lines.append(f"Runs are grouped by the config values that differ between them: {by}.")
+    else:
+        lines.append("No config value other than the seed differs between these runs: they form one group.")
+    if SEED_KEY in runs and SEED_KEY not in rs.group_keys:
+        seeds = sorted({s for s in runs[SEED_KEY].dropna()}, key=float)
+        lines.append(
+            f"Seeds ({', '.join(str(s) for s in seeds)}) are averaged: numbers are mean ± sample standard "
+            "deviation (ddof=1) over a variant's runs; figures draw the mean with a ± 1 std band."
+        )
+    counts = runs["status"].value_counts()
+    lines += ["", "Status: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".", ""]
+
+    lines += ["## Summary", ""]
+    if table.empty:
+        lines.append("No run trained (all invalid).")
+    else:
+        lines.append(summary_markdown(table))
+        lines += [
+            "",
+            "Final val loss: the evaluation at the last step of completed runs (diverged runs have none); "
+            "best val loss: the lowest evaluation of any run; final train loss: mean of the last logged steps "
+            "(summary.json). Spikes/run: loss and grad-norm spikes per run. tokens/s: training throughput.",
+        ]
+    lines.append("")
+
+    lines += ["## Figures", ""]
+    for title_, filename in sections:
+        lines += [f"### {title_}", "", f"![{title_}]({filename})", ""]
+    if skipped:
+        lines += ["Skipped (no data for them in these runs):", ""]
+        lines += [f"- {name}: {why}." for name, why in skipped.items()]
+        lines.append("")
+
+    diverged = runs[runs["status"] == "diverged"]
+    if not diverged.empty:
+        lines += ["## Diverged runs", ""]
+        rows = [
+            [
+                run,
+                r["variant"],
+                r.get(SEED_KEY, "–"),
+                _num(r["diverged_at"], "{:.0f}"),
+                _num(r["best_val_loss"]),
+            ]
+            for run, r in diverged.iterrows()
+        ]
+        lines += [md_table(["run", "variant", "seed", "diverged at step", "best val loss"], rows), ""]
+
+    invalid = rs.invalid
+    if not invalid.empty:
+        lines += ["## Invalid runs", "", "These combinations did not train:", ""]
+        rows = [[run, r["norm"], r["placement"], r.get("reason") or "–"] for run, r in invalid.iterrows()]
+        lines += [md_table(["run", "norm", "placement", "reason"], rows), ""]
+
+    lines += ["## All runs", ""]
+    rows = []
+    for run, r in runs.sort_values("_order", kind="stable").iterrows():
+        rows.append(
+            [
+                run,
+                r["variant"],
+                r.get(SEED_KEY, "–"),
+                r["status"],
+                _num(r["steps"], "{:.0f}"),
+                _num(r["final_val_loss"]),
+                _num(r["best_val_loss"]),
+                _num(r["n_spikes"], "{:.0f}"),
+                _num(r["tokens_per_s"], "{:,.0f}"),
+            ]
+        )
+    headers = [
+        "run",
+        "variant",
+        "seed",
+        "status",
+        "steps",
+        "final val loss",
+        "best val loss",
+        "spikes",
+        "tokens/s",
+    ]
+    lines += [md_table(headers, rows), ""]
+    lines.append(f"Per-variant numbers: [{SUMMARY_CSV}]({SUMMARY_CSV}); per-run: [{RUNS_CSV}]({RUNS_CSV}).")
+    if rs.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in rs.warnings]
+    return "\n".join(lines) + "\n"
