@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing as mp
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from data_helpers import prepare_in_child
 
 import normlab.data.cache as cache_mod
 from normlab.data import EOT, TokenCorpus, load_corpus
@@ -133,29 +132,11 @@ def test_truncated_or_missing_file_is_rebuilt(tmp_path: Path, count_builds: list
     ]  # no temporary files left behind
 
 
-def _prepare_in_child(cfg: dict[str, Any], delay: float) -> tuple[int, str, str]:
-    """Runs in a spawned process: load the corpus, counting builds (each build is slowed down)."""
-    import normlab.data.cache as c
-
-    builds = []
-    real = c.build_entry
-
-    def slow(*args: Any, **kwargs: Any) -> Any:
-        builds.append(1)
-        time.sleep(delay)  # keep the lock long enough that the other process must wait for it
-        return real(*args, **kwargs)
-
-    c.build_entry = slow
-    corpus = load_corpus(cfg, progress=False)
-    digest = hashlib.sha256(np.asarray(corpus.train).tobytes() + np.asarray(corpus.val).tobytes()).hexdigest()
-    return len(builds), digest, str(corpus.cache_dir)
-
-
 def test_two_processes_build_once_and_agree(tmp_path: Path) -> None:
     cfg = small_cfg(tmp_path)
     ctx = mp.get_context("spawn")
     with ctx.Pool(2) as pool:
-        results = [pool.apply_async(_prepare_in_child, (cfg, 1.0)) for _ in range(2)]
+        results = [pool.apply_async(prepare_in_child, (cfg, 1.0)) for _ in range(2)]
         out = [r.get(timeout=120) for r in results]
     assert sorted(n for n, _, _ in out) == [0, 1]  # exactly one of them built the cache
     assert out[0][1:] == out[1][1:]  # and both read identical bytes from the same entry

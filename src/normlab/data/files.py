@@ -1,0 +1,529 @@
+"""Real corpora: TinyStories (from the Hub through `datasets`, or a local copy) and any local text corpus.
+
+Local layouts understood under `data.path` (searched recursively, hidden folders skipped):
+
+- the official TinyStories text files, stories separated by ``<|endoftext|>``:
+  ``TinyStoriesV2-GPT4-train.txt`` / ``TinyStoriesV2-GPT4-valid.txt`` (``data.version=v2``) and
+  ``TinyStories-train.txt`` / ``TinyStories-valid.txt`` (``data.version=v1``);
+- a Hub snapshot: parquet files with a ``text`` column, named by split
+  (``data/train-00000-of-00004-….parquet``, ``data/validation-00000-of-00001-….parquet``, or
+  ``train/0000.parquet`` folders);
+- JSON lines with a ``text`` field, named by split (``train.jsonl``, ``validation.jsonl``, …);
+- for ``data=text`` also plain ``.txt`` files, split into documents by ``data.separator``.
+
+A file belongs to the training split when a word of its name (or of its folder's name) is ``train``,
+to the validation split when it is ``validation``, ``valid``, ``val`` or ``dev``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import logging
+import os
+import re
+import socket
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from normlab.errors import UserError
+
+from .cache import absolute
+from .sources import Source, _positive_int
+
+log = logging.getLogger(__name__)
+
+SEPARATOR = "<|endoftext|>"
+OFFICIAL_TXT = {
+    "v2": ("TinyStoriesV2-GPT4-train.txt", "TinyStoriesV2-GPT4-valid.txt"),
+    "v1": ("TinyStories-train.txt", "TinyStories-valid.txt"),
+}
+FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt"}
+TRAIN_WORDS = {"train"}
+VAL_WORDS = {"validation", "valid", "val", "dev"}
+READ_CHUNK = 1 << 22  # characters read at a time from a text file
+FINGERPRINT_BYTES = 1 << 20
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reading documents
+# ----------------------------------------------------------------------------------------------------
+
+
+def _open_error(path: Path, exc: Exception) -> UserError:
+    return UserError(f"Cannot read {path} ({exc}); check the file or point data.path somewhere else.")
+
+
+def read_txt(path: Path, separator: str | None) -> Iterator[str]:
+    """Documents of a text file separated by `separator` (streamed: the file is never fully loaded).
+
+    With `separator=None`, the end-of-text marker if the file's first chunk has one, else blank lines.
+    """
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            rest = ""
+            while chunk := f.read(READ_CHUNK):
+                if separator is None:
+                    separator = SEPARATOR if SEPARATOR in chunk else "\n\n"
+                parts = (rest + chunk).split(separator)
+                rest = parts.pop()
+                for doc in parts:
+                    if doc := doc.strip():
+                        yield doc
+            if rest := rest.strip():
+                yield rest
+    except OSError as exc:
+        raise _open_error(path, exc) from exc
+
+
+def read_jsonl(path: Path, text_field: str) -> Iterator[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UserError(
+                        f"Line {lineno} of {path} is not JSON ({exc.msg}); data.path must hold JSON lines, "
+                        "one object per line."
+                    ) from exc
+                if isinstance(obj, str):
+                    text = obj
+                elif isinstance(obj, dict) and isinstance(obj.get(text_field), str):
+                    text = obj[text_field]
+                else:
+                    raise UserError(
+                        f"Line {lineno} of {path} has no string field {text_field!r}; set data.text_field to the "
+                        "name of the field that holds the text."
+                    )
+                if text := text.strip():
+                    yield text
+    except OSError as exc:
+        raise _open_error(path, exc) from exc
+
+
+def read_parquet(path: Path, text_field: str) -> Iterator[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises its own error types for a broken file
+        raise _open_error(path, exc) from exc
+    if text_field not in pf.schema_arrow.names:
+        raise UserError(
+            f"{path} has no column {text_field!r} (it has {', '.join(pf.schema_arrow.names)}); set "
+            "data.text_field to the column that holds the text."
+        )
+    for batch in pf.iter_batches(columns=[text_field], batch_size=8192):
+        for text in batch.column(0).to_pylist():
+            if text and (text := text.strip()):
+                yield text
+
+
+def read_documents(paths: Iterable[Path], fmt: str, text_field: str, separator: str | None) -> Iterator[str]:
+    for p in paths:
+        if fmt == "txt":
+            yield from read_txt(p, separator)
+        elif fmt == "jsonl":
+            yield from read_jsonl(p, text_field)
+        else:
+            yield from read_parquet(p, text_field)
+
+
+def fingerprint(path: Path) -> str:
+    """Identifies a file's content cheaply: its size and a hash of its first and last MiB."""
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(FINGERPRINT_BYTES))
+        if size > FINGERPRINT_BYTES:
+            f.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
+            h.update(f.read())
+    return f"{size}:{h.hexdigest()[:16]}"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Finding the files of each split
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Layout:
+    """The files of a local corpus, by split."""
+
+    fmt: str  # txt / jsonl / parquet
+    description: str  # for messages and meta.json
+    train: list[Path]
+    val: list[Path] = field(default_factory=list)
+
+
+def _split_of(path: Path, root: Path) -> str | None:
+    def words(name: str) -> set[str]:
+        return set(re.split(r"[^a-z0-9]+", name.lower()))
+
+    for name in (path.stem, *[p.name for p in path.relative_to(root).parents if p.name][:1]):
+        w = words(name)
+        if w & TRAIN_WORDS:
+            return "train"
+        if w & VAL_WORDS:
+            return "val"
+    return None
+
+
+def _walk(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        out += [Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".")]
+    return out
+
+
+def find_layout(root: Path, *, version: str | None, allow_plain_txt: bool) -> Layout | None:
+    """The best corpus layout under `root`, or None when nothing usable is there."""
+    files = _walk(root)
+    base = root if root.is_dir() else root.parent
+    if version is not None:
+        train_name, val_name = OFFICIAL_TXT[version]
+        train = [f for f in files if f.name == train_name]
+        val = [f for f in files if f.name == val_name]
+        if train:
+            return Layout("txt", f"official TinyStories {version.upper()} text files", train[:1], val[:1])
+    by_fmt: dict[str, dict[str, list[Path]]] = {}
+    for f in files:
+        fmt = FORMATS.get(f.suffix.lower())
+        if fmt is None or (fmt == "txt" and not allow_plain_txt):
+            continue
+        split = _split_of(f, base) or "none"
+        by_fmt.setdefault(fmt, {}).setdefault(split, []).append(f)
+    for fmt, label in (("parquet", "parquet files"), ("jsonl", "JSON lines files"), ("txt", "text files")):
+        splits = by_fmt.get(fmt)
+        if not splits:
+            continue
+        if splits.get("train"):
+            return Layout(fmt, f"{label} split into train/validation", splits["train"], splits.get("val", []))
+        if allow_plain_txt and splits.get("none") and not splits.get("val"):
+            return Layout(fmt, f"{label} (validation held out)", splits["none"], [])
+    return None
+
+
+def _resolve_path(cfg: dict[str, Any]) -> Path:
+    root = absolute(cfg["path"])
+    if not root.exists():
+        raise UserError(
+            f"data.path={cfg['path']} does not exist ({root}); point data.path at your copy of the data."
+        )
+    return root
+
+
+def _others(files: Iterable[Path], root: Path, limit: int = 6) -> str:
+    names = [str(f.relative_to(root)) if root.is_dir() else f.name for f in files]
+    if not names:
+        return "it is empty"
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return "it holds " + ", ".join(names[:limit]) + more
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sources
+# ----------------------------------------------------------------------------------------------------
+
+
+class FileSource(Source):
+    """Documents from local files; validation from the validation files, or every k-th document."""
+
+    def __init__(
+        self,
+        name: str,
+        root: Path,
+        layout: Layout,
+        cfg: dict[str, Any],
+        *,
+        val_fraction: float | None,
+    ) -> None:
+        self.name = name
+        self.root = root
+        self.layout = layout
+        self.text_field = str(cfg.get("text_field") or "text")
+        self.separator = SEPARATOR if name == "tinystories" else (cfg.get("separator") or None)
+        self.max_train = _positive_int(cfg, "max_train_stories", None, allow_null=True)
+        self.max_val = _positive_int(cfg, "max_val_stories", None, allow_null=True)
+        self.val_every = None if layout.val else max(2, round(1 / float(val_fraction or 0.01)))
+        self.n_train = self.max_train
+        self.n_val = self.max_val
+        if layout.fmt == "parquet" and layout.val:
+            rows = _parquet_rows(layout.train), _parquet_rows(layout.val)
+            self.n_train = min(rows[0], self.max_train or rows[0])
+            self.n_val = min(rows[1], self.max_val or rows[1])
+
+    def _rel(self, p: Path) -> str:
+        return str(p.relative_to(self.root)) if self.root.is_dir() else p.name
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "format": self.layout.fmt,
+            "train_files": [[self._rel(p), fingerprint(p)] for p in self.layout.train],
+            "val_files": [[self._rel(p), fingerprint(p)] for p in self.layout.val],
+            "max_train_stories": self.max_train,
+            "max_val_stories": self.max_val,
+        }
+        if self.layout.fmt == "txt":
+            spec["separator"] = self.separator
+        else:
+            spec["text_field"] = self.text_field
+        if self.val_every:
+            spec["val_every"] = self.val_every
+        return spec
+
+    def _docs(self, paths: list[Path]) -> Iterator[str]:
+        return read_documents(paths, self.layout.fmt, self.text_field, self.separator)
+
+    def train_texts(self) -> Iterator[str]:
+        docs = self._docs(self.layout.train)
+        if self.val_every:
+            docs = (d for i, d in enumerate(docs) if i % self.val_every != 0)
+        return itertools.islice(docs, self.max_train)
+
+    def val_texts(self) -> Iterator[str]:
+        if self.val_every:
+            docs = (d for i, d in enumerate(self._docs(self.layout.train)) if i % self.val_every == 0)
+        else:
+            docs = self._docs(self.layout.val)
+        return itertools.islice(docs, self.max_val)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "source": f"{self.layout.description} under {self.root}",
+            "train_files": [str(p) for p in self.layout.train],
+            "val_files": [str(p) for p in self.layout.val],
+        }
+
+
+def _parquet_rows(paths: list[Path]) -> int:
+    import pyarrow.parquet as pq
+
+    try:
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+    except Exception:  # unreadable: reading will say so properly later
+        return 0
+
+
+def _version(cfg: dict[str, Any]) -> str:
+    version = str(cfg.get("version") or "v2").lower()
+    if version not in OFFICIAL_TXT:
+        raise UserError(
+            f"data.version={cfg.get('version')} is not a TinyStories version; set data.version=v1 or v2."
+        )
+    return version
+
+
+def tinystories_source(cfg: dict[str, Any], progress: bool = True) -> Source:
+    version = _version(cfg)
+    if not cfg.get("path"):
+        return HubSource(cfg, version, progress)
+    root = _resolve_path(cfg)
+    layout = find_layout(root, version=version, allow_plain_txt=False)
+    train_name, val_name = OFFICIAL_TXT[version]
+    looked_for = (
+        f"{train_name} and {val_name} (data.version={version}), or parquet / JSON lines files named by split "
+        "(train…, validation…)"
+    )
+    if layout is None:
+        other = "v1" if version == "v2" else "v2"
+        hint = ""
+        if any(f.name == OFFICIAL_TXT[other][0] for f in _walk(root)):
+            hint = f" (it holds the {other.upper()} files: set data.version={other})"
+        raise UserError(
+            f"No TinyStories files found under data.path={root}: looked for {looked_for}, but "
+            f"{_others(_walk(root), root)}{hint}; point data.path at the folder that holds them."
+        )
+    if not layout.val:
+        raise UserError(
+            f"Found the TinyStories training files under data.path={root} but no validation files "
+            f"(looked for {val_name} or files named validation…); add them next to the training files."
+        )
+    return FileSource("tinystories", root, layout, cfg, val_fraction=None)
+
+
+def text_source(cfg: dict[str, Any], progress: bool = True) -> Source:
+    if not cfg.get("path"):
+        raise UserError(
+            "data=text needs a corpus: set data.path=FILE_OR_DIR (.txt, .jsonl or .parquet files)."
+        )
+    root = _resolve_path(cfg)
+    layout = find_layout(root, version=None, allow_plain_txt=True)
+    if layout is None:
+        raise UserError(
+            f"No corpus files found under data.path={root}: looked for .txt, .jsonl or .parquet files, but "
+            f"{_others(_walk(root), root)}; point data.path at a file or folder of those."
+        )
+    val_path = cfg.get("val_path")
+    if val_path:
+        vroot = absolute(val_path)
+        vfiles = (
+            [f for f in _walk(vroot) if FORMATS.get(f.suffix.lower()) == layout.fmt] if vroot.exists() else []
+        )
+        if not vfiles:
+            raise UserError(
+                f"data.val_path={val_path} holds no {layout.fmt} files like data.path does; point it at the "
+                "validation file or folder."
+            )
+        layout.val = vfiles
+    fraction = float(cfg.get("val_fraction") or 0.01)
+    if not 0 < fraction < 1:
+        raise UserError(f"data.val_fraction={fraction} is not between 0 and 1; set it to e.g. 0.01.")
+    return FileSource("text", root, layout, cfg, val_fraction=fraction)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The Hugging Face Hub
+# ----------------------------------------------------------------------------------------------------
+
+OFFLINE_MESSAGE = (
+    "Cannot download TinyStories (no network connection{why}) and data.path is not set; point data.path=DIR at "
+    "a downloaded copy, or train on the embedded corpus with data=synthetic."
+)
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _env_offline() -> bool:
+    return any(
+        os.environ.get(k, "").strip().lower() in _TRUE for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """A quick TCP check of the Hub endpoint, so that no network fails in seconds, not after retries."""
+    if _env_offline():
+        return False
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True  # only the proxy knows; let the real request decide
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _hub_offline(offline: bool) -> Iterator[None]:
+    """Put huggingface_hub and datasets in offline mode (cached files only) for the duration."""
+    if not offline:
+        yield
+        return
+    import datasets.config as dconf
+    import huggingface_hub.constants as hconst
+
+    saved = hconst.HF_HUB_OFFLINE, dconf.HF_HUB_OFFLINE
+    hconst.HF_HUB_OFFLINE = dconf.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        hconst.HF_HUB_OFFLINE, dconf.HF_HUB_OFFLINE = saved
+
+
+class HubSource(Source):
+    """TinyStories from the Hugging Face Hub, cached by `datasets` / `huggingface_hub` as usual.
+
+    V1 loads the dataset's parquet splits with `datasets.load_dataset`; V2 (GPT-4 stories only) exists
+    on the Hub as the official text files, fetched with `huggingface_hub` into the same Hub cache.
+    Nothing is downloaded until the token cache needs building.
+    """
+
+    name = "tinystories"
+
+    def __init__(self, cfg: dict[str, Any], version: str, progress: bool) -> None:
+        self.hub_id = str(cfg.get("hub_id") or "roneneldan/TinyStories")
+        self.revision = str(cfg.get("revision") or "main")
+        self.version = version
+        self.max_train = _positive_int(cfg, "max_train_stories", None, allow_null=True)
+        self.max_val = _positive_int(cfg, "max_val_stories", None, allow_null=True)
+        self.n_train, self.n_val = self.max_train, self.max_val
+        self.progress = progress
+        self._offline: bool | None = None
+        self._paths: dict[str, Path] = {}
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return {
+            "hub_id": self.hub_id,
+            "revision": self.revision,
+            "version": self.version,
+            "max_train_stories": self.max_train,
+            "max_val_stories": self.max_val,
+        }
+
+    def _fail(self, exc: BaseException) -> UserError:
+        if self._offline:
+            return UserError(OFFLINE_MESSAGE.format(why=", and it is not in the Hugging Face cache"))
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return UserError(
+            f"Could not load {self.hub_id} (revision {self.revision}) from the Hugging Face Hub ({first}); check "
+            "data.hub_id, data.revision and the connection, or point data.path=DIR at a downloaded copy."
+        )
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        if self._offline is None:
+            self._offline = not hub_reachable()
+            if self._offline:
+                log.info("no connection to the Hugging Face Hub: trying its local cache only")
+        if not self.progress:
+            with contextlib.suppress(Exception):
+                import datasets
+                import huggingface_hub.utils
+
+                datasets.disable_progress_bars()
+                huggingface_hub.utils.disable_progress_bars()
+        try:
+            with _hub_offline(self._offline):
+                return fn()
+        except UserError:
+            raise
+        except Exception as exc:  # network, missing cache, unknown repo: all the user's to fix
+            raise self._fail(exc) from exc
+
+    def _v1(self, split: str, limit: int | None) -> Iterator[str]:
+        def load() -> Any:
+            import datasets
+
+            ds = datasets.load_dataset(self.hub_id, revision=self.revision, split=split)
+            return ds.select(range(min(limit, len(ds)))) if limit is not None else ds
+
+        ds = self._call(load)
+        for batch in ds.iter(batch_size=4096):
+            for text in batch["text"]:
+                if text and (text := text.strip()):
+                    yield text
+
+    def _v2(self, which: int, limit: int | None) -> Iterator[str]:
+        filename = OFFICIAL_TXT["v2"][which]
+        if filename not in self._paths:
+
+            def fetch() -> Path:
+                from huggingface_hub import hf_hub_download
+
+                return Path(
+                    hf_hub_download(self.hub_id, filename, repo_type="dataset", revision=self.revision)
+                )
+
+            self._paths[filename] = self._call(fetch)
+        return itertools.islice(read_txt(self._paths[filename], SEPARATOR), limit)
+
+    def train_texts(self) -> Iterator[str]:
+        return self._v1("train", self.max_train) if self.version == "v1" else self._v2(0, self.max_train)
+
+    def val_texts(self) -> Iterator[str]:
+        return self._v1("validation", self.max_val) if self.version == "v1" else self._v2(1, self.max_val)
+
+    def info(self) -> dict[str, Any]:
+        return {"source": f"{self.hub_id}@{self.revision} from the Hugging Face Hub ({self.version})"}
