@@ -60,7 +60,7 @@ def config(norm: str, placement: str, seed: int, depth: int = DEPTH, warmup: int
         "warmup_steps": warmup,
         "seed": seed,
         "name": "${norm.name}-${placement.name}-L${depth}-w${warmup_steps}-s${seed}",
-        "experiment": "default",
+        "experiment_name": "default",
     }
 
 
@@ -241,27 +241,35 @@ MAIN = [
 ]
 
 
-@pytest.fixture
-def sweep(tmp_path: Path) -> SimpleNamespace:
-    path = write_sweep(tmp_path / "sweeps" / "2026-01-01" / "12-00-00_default", MAIN)
-    return SimpleNamespace(path=path, specs=MAIN)
+@pytest.fixture(scope="session")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """Shared, read-only: tests that change files use `fresh_sweep`."""
+    root = tmp_path_factory.mktemp("main") / "sweeps" / "2026-01-01" / "12-00-00_default"
+    return SimpleNamespace(path=write_sweep(root, MAIN), specs=MAIN)
 
 
 @pytest.fixture
-def bare_sweep(tmp_path: Path) -> SimpleNamespace:
+def fresh_sweep(tmp_path: Path) -> SimpleNamespace:
+    return SimpleNamespace(path=write_sweep(tmp_path / "sweep", MAIN), specs=MAIN)
+
+
+@pytest.fixture(scope="session")
+def bare_sweep(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """Only the core harness's metrics: no activation, attention, update-ratio or spike metrics."""
     specs = [dict(s, instrumented=False) for s in MAIN[:3]]
-    return SimpleNamespace(path=write_sweep(tmp_path / "bare", specs), specs=specs)
+    return SimpleNamespace(path=write_sweep(tmp_path_factory.mktemp("bare") / "sweep", specs), specs=specs)
 
 
-@pytest.fixture
-def grid_sweep(tmp_path: Path) -> SimpleNamespace:
-    """depth × warmup_steps with 2 seeds per cell; (depth 6, warmup 0) diverges in both seeds,
-    (depth 6, warmup 100) in one."""
+GRID_VALUES = {(2, 0): (3.0, 3.2), (2, 100): (2.8, 2.9), (6, 0): (None, None), (6, 100): (2.6, None)}
+
+
+@pytest.fixture(scope="session")
+def grid_sweep(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """depth × warmup_steps with 2 seeds per cell, final val losses from GRID_VALUES (None = diverged):
+    (depth 6, warmup 0) diverges in both seeds, (depth 6, warmup 100) in one."""
     specs = []
-    vals = {(2, 0): (3.0, 3.2), (2, 100): (2.8, 2.9), (6, 0): (None, None), (6, 100): (2.6, None)}
-    for (depth, warmup), (v0, v1) in vals.items():
-        for seed, v in ((0, v0), (1, v1)):
+    for (depth, warmup), pair in GRID_VALUES.items():
+        for seed, v in enumerate(pair):
             if v is None:
                 specs.append(
                     spec(
@@ -281,4 +289,13 @@ def grid_sweep(tmp_path: Path) -> SimpleNamespace:
                         "ln", "post", seed, depth=depth, warmup=warmup, final_val=v, best_val=v, final_train=v
                     )
                 )
-    return SimpleNamespace(path=write_sweep(tmp_path / "grid", specs), specs=specs, vals=vals)
+    path = write_sweep(tmp_path_factory.mktemp("grid") / "sweep", specs)
+    return SimpleNamespace(path=path, specs=specs, vals=GRID_VALUES)
+
+
+@pytest.fixture(scope="session")
+def fab() -> Any:
+    """This module: its constants and value formulas (tests can't import a conftest under importlib mode)."""
+    import sys
+
+    return sys.modules[__name__]

@@ -45,6 +45,7 @@ SEED_KEY = "seed"
 NON_VARIANT_KEYS = (
     "name",
     "experiment",
+    "experiment_name",
     "train.resume",
     "train.progress",
     "train.sample_prompt",

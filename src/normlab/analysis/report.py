@@ -174,7 +174,12 @@ def _markdown(
     title: str | None,
 ) -> str:
     runs = rs.runs
-    lines: list[str] = [f"# {title or f'Comparison of {len(runs)} runs'}", ""]
+    if title is None:
+        title = f"Comparison of {len(runs)} runs"
+        experiments = runs["experiment_name"].dropna().unique() if "experiment_name" in runs else []
+        if len(experiments) == 1 and experiments[0] != "default":
+            title = f"{experiments[0]}: comparison of {len(runs)} runs"
+    lines: list[str] = [f"# {title}", ""]
     sources = ", ".join(f"`{p}`" for p in rs.sources)
     lines.append(f"Generated {time.strftime('%Y-%m-%d %H:%M')} from {sources}.")
     lines.append("")
