@@ -27,11 +27,22 @@ def threads_for_job(requested: int | None) -> int | None:
     return 1 if parallel else None
 
 
+def sweep_group() -> str | None:
+    """The W&B group of a multirun job: the sweep directory's date and name, shared by all its jobs."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return None
+    sweep = Path(hydra_cfg.sweep.dir)
+    return f"{sweep.parent.name}_{sweep.name}" if sweep.parent.name else sweep.name
+
+
 def run_hydra_job(cfg: DictConfig) -> float | None:
     """Run one job; returns the final validation loss (for Hydra sweepers), None if it has none."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        summary = Run(cfg, run_dir, num_threads=threads_for_job(cfg.train.num_threads)).execute()
+        summary = Run(
+            cfg, run_dir, num_threads=threads_for_job(cfg.train.num_threads), group=sweep_group()
+        ).execute()
     except UserError as e:
         log.error("%s", e)
         print(f"error: {e}", file=sys.stderr)

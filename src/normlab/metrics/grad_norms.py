@@ -6,62 +6,37 @@ import torch
 from torch import nn
 
 from normlab.metrics import names
+from normlab.metrics.layout import ParamLayout, parameter_part, squared_norms
 
-PART_OF_BRANCH = {"attn": "attn", "ffn": "ffn"}
-
-
-def parameter_part(name: str) -> tuple[int, str] | None:
-    """(block index, part) of a parameter name such as `blocks.3.attn.norm_in.weight`; None outside blocks.
-
-    Norm weights in any slot count as the block's `norm` part; the rest of a branch is `attn` or `ffn`.
-    """
-    parts = name.split(".")
-    if parts[0] != "blocks":
-        return None
-    part = "norm" if any(p.startswith("norm_") for p in parts) else PART_OF_BRANCH[parts[2]]
-    return int(parts[1]), part
+__all__ = ["GradNorms", "clip_", "parameter_part"]
 
 
 class GradNorms:
     """Computes all gradient norms of a model with one `torch._foreach_norm` call and no host sync.
 
     The per-parameter norms are squared and summed into groups with index_add, so the cost does not grow
-    with the number of groups.
+    with the number of groups. With `per_layer=False` only the global norm is computed (what clipping
+    needs anyway): the "metrics off" baseline of scripts/bench_overhead.py.
     """
 
-    def __init__(self, model: nn.Module, n_layers: int) -> None:
-        self.params: list[nn.Parameter] = []
-        layer_ids: list[int] = []
-        part_ids: list[int] = []
-        for name, p in model.named_parameters():  # tied weights appear once
-            if not p.requires_grad:
-                continue
-            where = parameter_part(name)
-            self.params.append(p)
-            layer_ids.append(where[0] if where else n_layers)  # n_layers = "outside the blocks"
-            part_ids.append(
-                where[0] * len(names.SUBLAYERS) + names.SUBLAYERS.index(where[1]) if where else -1
-            )
-        self.n_layers = n_layers
-        device = self.params[0].device
-        self.layer_ids = torch.tensor(layer_ids, device=device)
-        keep = torch.tensor([i >= 0 for i in part_ids], device=device)
-        self.part_index = keep.nonzero().squeeze(1)
-        self.part_ids = torch.tensor([i for i in part_ids if i >= 0], device=device)
-        self.keys = ["grad_norm"]
-        self.keys += [names.grad_norm_layer(i) for i in range(n_layers)]
-        self.keys += [names.grad_norm_sublayer(i, s) for i in range(n_layers) for s in names.SUBLAYERS]
+    def __init__(self, model: nn.Module, n_layers: int, per_layer: bool = True) -> None:
+        self.layout = ParamLayout(model, n_layers)
+        self.params = self.layout.params
+        self.per_layer = per_layer
+        self.keys = [names.GRAD_NORM]
+        if per_layer:
+            self.keys += [names.grad_norm_layer(i) for i in range(n_layers)]
+            self.keys += [names.grad_norm_sublayer(i, s) for i in range(n_layers) for s in names.SUBLAYERS]
 
     def grads(self) -> list[torch.Tensor]:
         return [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
 
     def compute(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """A 1-D float32 tensor laid out as `self.keys`: global, per block, per (block, part)."""
-        sq = torch.stack(torch._foreach_norm(grads)).float().square()
-        layer_sq = torch.zeros(self.n_layers + 1, device=sq.device).index_add_(0, self.layer_ids, sq)
-        part_sq = torch.zeros(self.n_layers * len(names.SUBLAYERS), device=sq.device)
-        part_sq.index_add_(0, self.part_ids, sq[self.part_index])
-        return torch.cat([sq.sum().view(1), layer_sq[: self.n_layers], part_sq]).sqrt()
+        sq = squared_norms(grads)
+        if not self.per_layer:
+            return sq.sum().sqrt().view(1)
+        return torch.cat([sq.sum().view(1), self.layout.layer_sums(sq), self.layout.part_sums(sq)]).sqrt()
 
 
 def clip_(grads: list[torch.Tensor], total_norm: torch.Tensor, max_norm: float) -> torch.Tensor:

@@ -27,8 +27,12 @@ def grad_norm_sublayer(i: int, part: str) -> str:
     return f"grad_norm/layer_{i}/{part}"
 
 
+PARAM_NORM = "param_norm"  # L2 norm of all trainable parameters (before this step's update)
+UPDATE_RATIO = "update_ratio"  # ‖Δθ‖ / ‖θ‖ of all trainable parameters over this step's update
+
+
 def param_norm_layer(i: int) -> str:
-    """L2 norm of all parameters of block i."""
+    """L2 norm of all parameters of block i (before this step's update)."""
     return f"param_norm/layer_{i}"
 
 
@@ -38,7 +42,7 @@ def update_ratio_layer(i: int) -> str:
 
 
 def act_rms_layer(i: int) -> str:
-    """Root mean square of the residual stream after block i."""
+    """Root mean square of the residual stream leaving block i, over batch, positions and features."""
     return f"act_rms/layer_{i}"
 
 
@@ -46,12 +50,23 @@ ACT_RMS_HEAD = "act_rms/head_input"  # RMS of the input to the LM head (after th
 
 
 def attn_max_logit_layer(i: int) -> str:
-    """Largest attention logit q·k/√d_head in block i (before the causal mask and softmax)."""
+    """Largest attention logit q·k/√d_head in block i over batch, heads and the causal (query ≥ key) pairs,
+    before the softmax."""
     return f"attn_max_logit/layer_{i}"
 
 
-LOGIT_MEAN = "logits/mean"  # mean output logit over the batch
-LOGIT_MAX = "logits/max"  # largest output logit over the batch
-MODEL_UPDATE = "model_update"  # ‖F(x, θ_t) − F(x, θ_0)‖ on a fixed probe batch (DeepNet's measure)
-SPIKE_LOSS = "spike/loss"  # 1 on a step whose loss is a spike (see metrics.spikes)
-SPIKE_GRAD_NORM = "spike/grad_norm"  # 1 on a step whose grad norm is a spike
+LOGIT_MEAN = "logits/mean"  # mean output logit over batch, positions and vocabulary
+LOGIT_MAX = "logits/max"  # largest output logit over batch, positions and vocabulary
+MODEL_UPDATE = (
+    "model_update"  # ‖F(x, θ_t) − F(x, θ_0)‖ on a fixed probe batch (DeepNet's measure; metrics.model_update)
+)
+SPIKE_LOSS = "spike/loss"  # 1 on a step whose loss is a spike (see metrics.spikes); absent otherwise
+SPIKE_GRAD_NORM = "spike/grad_norm"  # 1 on a step whose grad norm is a spike; absent otherwise
+
+# The series the spike detector watches, by the name used in spike events and forensics files.
+SPIKE_SERIES = {LOSS: SPIKE_LOSS, GRAD_NORM: SPIKE_GRAD_NORM}
+
+
+def grad_hist_layer(i: int) -> str:
+    """Histogram of block i's gradient entries, before clipping (W&B only, not in metrics.jsonl)."""
+    return f"grad_hist/layer_{i}"

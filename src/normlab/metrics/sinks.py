@@ -8,11 +8,20 @@ from pathlib import Path
 from typing import Any
 
 
-def _finite_or_str(value: Any) -> Any:
-    # JSON has no NaN/Infinity; keep them readable and parseable as strings.
+def json_safe(value: Any) -> Any:
+    """JSON has no NaN/Infinity: write them as the strings "nan", "inf", "-inf" (readable, parseable)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
     return value
+
+
+def scalar(value: Any) -> bool:
+    """Whether a row value belongs in metrics.jsonl (histograms and other objects go to W&B only)."""
+    return isinstance(value, int | float | str | bool) or value is None
 
 
 class JsonlSink:
@@ -34,7 +43,7 @@ class JsonlSink:
         self._file = path.open("a", encoding="utf-8")
 
     def log(self, row: dict[str, Any]) -> None:
-        self._file.write(json.dumps({k: _finite_or_str(v) for k, v in row.items()}) + "\n")
+        self._file.write(json.dumps({k: json_safe(v) for k, v in row.items() if scalar(v)}) + "\n")
         self._file.flush()
 
     def close(self) -> None:

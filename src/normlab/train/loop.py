@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,10 +17,27 @@ from torch import nn
 from normlab.data.batches import sample_windows
 from normlab.metrics import names
 from normlab.metrics.grad_norms import GradNorms, clip_
+from normlab.metrics.instruments import InstrumentConfig, Instruments, StepProbe, wants_model_update
+from normlab.metrics.monitor import Monitor
 from normlab.train.optim import build_optimizer
 from normlab.train.schedule import lr_at
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+PROBE_SEED = 1234  # the model-update probe batch: fixed validation windows, apart from evaluation's
+
+
+class StreamPositions:
+    """Stands in for a token stream of length n whose token at i is i: windows drawn from it are their
+    own positions, so replaying the data RNG through `sample_windows` recovers where a batch came from."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
+        return np.asarray(idx)
 
 
 @dataclass
@@ -28,13 +45,18 @@ class LoopResult:
     steps: int  # optimizer updates made
     status: str  # completed | diverged
     diverged_at: int | None = None
+    reason: str | None = None  # why it diverged, one sentence
     train_losses: list[float] = field(default_factory=list)
     val_losses: dict[int, float] = field(default_factory=dict)
     tokens_per_s: list[float] = field(default_factory=list)
 
 
 class Trainer:
-    """Owns the model, optimizer and RNG streams of one run; `fit` trains and reports rows to `emit`."""
+    """Owns the model, optimizer and RNG streams of one run; `fit` trains and reports rows to `emit`.
+
+    `metrics` is the `metrics` config group (None = defaults); `monitor` watches rows for spikes and
+    divergence (None = a monitor that writes no reports).
+    """
 
     def __init__(
         self,
@@ -47,6 +69,8 @@ class Trainer:
         warmup_steps: int,
         seed: int,
         device: torch.device,
+        metrics: Mapping[str, Any] | None = None,
+        monitor: Monitor | None = None,
     ) -> None:
         self.model, self.device = model, device
         self.cfg, self.optim_cfg, self.schedule, self.warmup_steps = (
@@ -63,9 +87,46 @@ class Trainer:
         self.amp_dtype = DTYPES[precision]
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         self.data_rng = torch.Generator().manual_seed(seed)
-        self.grad_norms = GradNorms(model, model.n_layers)
         self.step = 0
         self.tokens_per_step = train_cfg["batch_size"] * train_cfg["seq_len"] * train_cfg["grad_accum"]
+        metrics = dict(metrics or {})
+        enabled = metrics.get("enabled", True)
+        self.grad_norms = GradNorms(model, model.n_layers, per_layer=enabled)
+        self.instruments = self._instruments(metrics) if enabled else None
+        self.monitor = monitor if monitor is not None else Monitor(n_layers=model.n_layers)
+        self.monitor.locate = self.window_starts
+
+    def _instruments(self, metrics: Mapping[str, Any]) -> Instruments:
+        defaults = InstrumentConfig()
+        cfg = InstrumentConfig(
+            every=int(metrics.get("every", defaults.every)),
+            histogram_every=int(metrics.get("histogram_every", defaults.histogram_every)),
+            histogram_bins=int(metrics.get("histogram_bins", defaults.histogram_bins)),
+            model_update=wants_model_update(
+                metrics.get("model_update", "auto"),
+                getattr(self.model, "norm_name", ""),
+                getattr(self.model, "placement", ""),
+            ),
+        )
+        probe = None
+        if cfg.model_update:
+            rng = torch.Generator().manual_seed(PROBE_SEED)
+            x, _ = sample_windows(
+                self.val_tokens, int(metrics.get("probe_batch", 4)), self.cfg["seq_len"], rng
+            )
+            probe = x.to(self.device)
+        return Instruments(self.model, self.grad_norms.layout, cfg, probe)
+
+    def window_starts(self, data_state: torch.Tensor) -> list[list[int]]:
+        """Where the batches of a step came from: for each micro-batch, the start offset in the training
+        stream of each window, recovered by replaying the data RNG from the step's starting state."""
+        rng = torch.Generator()
+        rng.set_state(data_state)
+        stream = StreamPositions(len(self.train_tokens))
+        return [
+            sample_windows(stream, self.cfg["batch_size"], self.cfg["seq_len"], rng)[0][:, 0].tolist()
+            for _ in range(self.cfg["grad_accum"])
+        ]
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
@@ -90,17 +151,18 @@ class Trainer:
             schedule=self.schedule,
         )
 
-    def train_step(self, update: bool) -> torch.Tensor:
+    def train_step(self, update: bool, probe: StepProbe | None = None) -> torch.Tensor:
         """Forward/backward over grad_accum micro-batches, measure, clip and (if `update`) step.
 
-        Returns, without a host sync, [loss, clipped, *grad norms in GradNorms.keys order].
+        Returns, without a host sync, [loss, clipped, *grad norms in GradNorms.keys order]. On an
+        instrumented step `probe` takes its measurements along the way (see metrics.instruments).
         """
         self.model.train()
         accum = self.cfg["grad_accum"]
         loss_sum = torch.zeros((), device=self.device)
         for _ in range(accum):
             x, y = self.batch(self.train_tokens, self.data_rng)
-            with self.autocast():
+            with self.autocast(), probe.forward() if probe else contextlib.nullcontext():
                 logits = self.model(x)
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.reshape(-1))
             self.scaler.scale(loss / accum).backward()
@@ -108,6 +170,8 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         grads = self.grad_norms.grads()
         norms = self.grad_norms.compute(grads)
+        if probe:
+            probe.after_backward(grads)
         clipped = torch.zeros((), device=self.device)
         if self.cfg["grad_clip"] > 0:
             clipped = clip_(grads, norms[0], float(self.cfg["grad_clip"]))
@@ -117,6 +181,8 @@ class Trainer:
                 group["lr"] = lr
             self.scaler.step(self.optimizer)
             self.scaler.update()
+        if probe:
+            probe.after_update(update)
         self.optimizer.zero_grad(set_to_none=True)
         return torch.cat([(loss_sum / accum).view(1), clipped.view(1), norms])
 
@@ -134,40 +200,52 @@ class Trainer:
         self.model.train()
         return (total / self.cfg["eval_batches"]).item()
 
-    def fit(self, emit: Callable[[dict[str, Any]], None], on_checkpoint: Callable[[], None]) -> LoopResult:
+    def fit(
+        self,
+        emit: Callable[[dict[str, Any]], None],
+        on_checkpoint: Callable[[], None],
+        stop_at: int | None = None,
+    ) -> LoopResult:
         """Train from self.step to train.max_steps; each measured step becomes one row passed to `emit`.
 
         Row `step` is measured before that step's update, so step 0 is the gradient profile at init. With
         max_steps=0 the step-0 row is measured and no update is made. Rows reach the host every
-        train.flush_every steps; a non-finite loss or gradient norm found there ends the run as diverged.
+        train.flush_every steps, where the monitor marks spikes and may end the run as diverged (see
+        metrics.divergence). `stop_at` pauses after that many steps, without the final evaluation: a later
+        call continues (benchmarks interleave trainers this way).
         """
         max_steps, eval_every = self.cfg["max_steps"], self.cfg["eval_every"]
         ckpt_every, flush_every = self.cfg["ckpt_every"], max(1, self.cfg["flush_every"])
         result = LoopResult(steps=self.step, status="completed")
-        keys = ["loss", names.CLIPPED, *self.grad_norms.keys]
-        pending: list[tuple[int, float, torch.Tensor]] = []
+        keys = [names.LOSS, names.CLIPPED, *self.grad_norms.keys]
+        # (step, lr, row tensor, instrumented-step probe, data-RNG state the step started from)
+        pending: list[tuple[int, float, torch.Tensor, StepProbe | None, torch.Tensor | None]] = []
         window_start, window_steps = time.perf_counter(), 0
 
         def flush() -> bool:
             nonlocal window_start, window_steps
             if not pending:
                 return True
-            values = torch.stack([v for _, _, v in pending]).tolist()
+            values = torch.stack([entry[2] for entry in pending]).tolist()
             now = time.perf_counter()
             tps = window_steps * self.tokens_per_step / max(now - window_start, 1e-9)
             window_start, window_steps = now, 0
-            for (step, lr, _), vals in zip(pending, values, strict=True):
+            for (step, lr, _, probe, data_state), vals in zip(pending, values, strict=True):
                 row = {names.STEP: step, names.LR: lr, **dict(zip(keys, vals, strict=True))}
                 row[names.CLIPPED] = int(row[names.CLIPPED])
                 row[names.TOKENS_PER_S] = tps
+                if probe:
+                    row.update(probe.row())
                 if step in result.val_losses:
                     row[names.VAL_LOSS] = result.val_losses[step]
                     row[names.VAL_PPL] = math.exp(min(result.val_losses[step], 700.0))
+                reason = self.monitor.observe(row, data_state)  # marks spike events in row
                 emit(row)
                 result.train_losses.append(row[names.LOSS])
                 result.tokens_per_s.append(tps)
-                if not (math.isfinite(row[names.LOSS]) and math.isfinite(row[names.GRAD_NORM])):
+                if reason is not None:
                     result.status, result.diverged_at, result.steps = "diverged", step, step
+                    result.reason = reason
                     pending.clear()
                     return False
             pending.clear()
@@ -178,18 +256,24 @@ class Trainer:
             if max_steps == 0 or (eval_every > 0 and step % eval_every == 0):
                 result.val_losses[step] = self.evaluate()
             update = step < max_steps
-            pending.append((step, self.lr(step) if update else 0.0, self.train_step(update)))
+            data_state = self.data_rng.get_state() if self.monitor.writes_reports else None
+            probe = self.instruments.begin(step) if self.instruments else None
+            lr = self.lr(step) if update else 0.0
+            pending.append((step, lr, self.train_step(update, probe), probe, data_state))
             window_steps += 1
             if update:
                 self.step += 1
                 result.steps = self.step
             done = self.step >= max_steps
+            paused = stop_at is not None and self.step >= stop_at and not done
             if (
-                len(pending) >= flush_every or done or (ckpt_every and self.step % ckpt_every == 0)
+                len(pending) >= flush_every or done or paused or (ckpt_every and self.step % ckpt_every == 0)
             ) and not flush():
                 return result
             if ckpt_every and update and self.step % ckpt_every == 0 and not done:
                 on_checkpoint()
+            if paused:
+                return result
             if done:
                 break
         if max_steps > 0:
@@ -206,6 +290,8 @@ class Trainer:
             "data_rng": self.data_rng.get_state(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "monitor": self.monitor.state_dict(),
+            "instruments": self.instruments.state_dict() if self.instruments else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -217,3 +303,8 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+        # checkpoints from before instrumentation carry neither; the monitor then starts afresh
+        if state.get("monitor") is not None:
+            self.monitor.load_state_dict(state["monitor"])
+        if state.get("instruments") is not None and self.instruments is not None:
+            self.instruments.load_state_dict(state["instruments"])

@@ -19,7 +19,11 @@ from tqdm.auto import tqdm
 from normlab.data import load_corpus
 from normlab.errors import UserError
 from normlab.metrics import names
+from normlab.metrics.divergence import DivergenceConfig
+from normlab.metrics.monitor import Monitor
 from normlab.metrics.sinks import JsonlSink
+from normlab.metrics.spikes import SpikeConfig
+from normlab.metrics.wandb_sink import WandbSink
 from normlab.model import InvalidVariant, block_formula, check_variant
 from normlab.train.checkpoint import (
     CHECKPOINT_DIR,
@@ -79,11 +83,16 @@ def validate(cfg: Mapping[str, Any]) -> None:
 class Run:
     """The lifecycle of one training run in `run_dir`; `execute` returns the summary it wrote."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, num_threads: int | None = None) -> None:
+    def __init__(
+        self, cfg: DictConfig, run_dir: Path, num_threads: int | None = None, group: str | None = None
+    ) -> None:
         self.cfg_node = cfg
         self.cfg = OmegaConf.to_container(cfg, resolve=True)
         self.run_dir = run_dir
         self.num_threads = num_threads
+        # W&B group: the sweep for a multirun job (set by the CLI), else the experiment name
+        self.group = group or str(self.cfg.get("experiment_name", self.cfg.get("experiment", "default")))
+        self.wandb: WandbSink | None = None
         self.started = time.time()
         self.summary: dict[str, Any] = {
             "status": "running",
@@ -128,18 +137,23 @@ class Run:
         self.write_summary()
         trainer: Trainer | None = None
         try:
+            if self.cfg["logger"]["name"] == "wandb":
+                self.wandb = WandbSink.open(self.cfg, self.run_dir, self.group)
             trainer = self._train()
         except KeyboardInterrupt:
             if trainer is None:
                 trainer = getattr(self, "_trainer", None)
             if trainer is not None:
                 self._checkpoint(trainer)
-            self.write_summary(status="interrupted")
+            self.write_summary(status="interrupted", **(trainer.monitor.summary() if trainer else {}))
             raise
         except BaseException as e:
             if self.summary["status"] == "running":
                 self.write_summary(status="crashed", reason=f"{type(e).__name__}: {e}")
             raise
+        finally:
+            if self.wandb is not None:  # however the run ended, so a multirun logs each job as its own run
+                self.wandb.finish(self.summary)
         return self.summary
 
     def _checkpoint(self, trainer: Trainer, name: str = LAST) -> None:
@@ -164,6 +178,15 @@ class Run:
         self.summary.update(n_params=model.n_params(), formula=formula)
 
         tcfg = cfg["train"]
+        monitor = Monitor(
+            SpikeConfig(**cfg.get("spikes", {})),
+            DivergenceConfig(**cfg.get("divergence", {})),
+            out_dir=self.run_dir,
+            n_layers=n_layers,
+        )
+        metrics = dict(cfg["metrics"])
+        if self.wandb is None:  # histograms are for W&B only: don't compute them for nobody
+            metrics["histogram_every"] = 0
         trainer = Trainer(
             model,
             corpus.train,
@@ -174,6 +197,8 @@ class Run:
             cfg["warmup_steps"],
             cfg["seed"],
             device,
+            metrics=metrics,
+            monitor=monitor,
         )
         self._trainer = trainer
         resume_step = None
@@ -195,6 +220,8 @@ class Run:
 
         def emit(row: dict[str, Any]) -> None:
             sink.log(row)
+            if self.wandb is not None:
+                self.wandb.log(row)
             if names.LOSS in row:
                 bar.n = min(row[names.STEP] + 1, tcfg["max_steps"])
                 bar.set_postfix(
@@ -223,9 +250,17 @@ class Run:
             best_val_loss=min(vals) if vals else None,
             # the first window includes start-up; measure speed after it when there is more than one
             tokens_per_s=_mean(result.tokens_per_s[tcfg["flush_every"] :] or result.tokens_per_s),
+            **trainer.monitor.summary(),
+            **({"reason": result.reason} if result.reason else {}),
         )
+        if monitor.spike_steps:
+            log.info(
+                "%d steps with a loss or grad-norm spike; reports in %s/spikes",
+                len(monitor.spike_steps),
+                self.run_dir,
+            )
         if result.status == "diverged":
-            log.warning("diverged at step %d (non-finite loss or gradient)", result.diverged_at)
+            log.warning("diverged at step %d: %s", result.diverged_at, result.reason)
         elif tcfg["sample_tokens"] > 0:
             text = generate(
                 model, corpus, tcfg["sample_prompt"], tcfg["sample_tokens"], device, seed=cfg["seed"]

@@ -1,0 +1,100 @@
+"""Activation statistics of one forward pass, collected by hooks that exist only during that pass.
+
+Hooks cost a Python call per module per forward, so they are installed on the instrumented steps only
+(`with ActivationCapture(model) as cap: model(x)`) and removed on exit. Values stay on the device; the
+caller moves them to the host with the rest of its row.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab.metrics import names
+
+
+def rms(x: torch.Tensor) -> torch.Tensor:
+    """Root mean square over every element, in float32: sqrt(mean(x²))."""
+    return x.detach().float().square().mean().sqrt()
+
+
+def attention_modules(block: nn.Module) -> list[nn.Module]:
+    """The attention sublayers of a block: modules that can capture their max logit."""
+    return [m for m in block.modules() if hasattr(m, "capture_max_logit")]
+
+
+def activation_keys(n_layers: int) -> list[str]:
+    return [
+        *(names.act_rms_layer(i) for i in range(n_layers)),
+        names.ACT_RMS_HEAD,
+        names.LOGIT_MEAN,
+        names.LOGIT_MAX,
+        *(names.attn_max_logit_layer(i) for i in range(n_layers)),
+    ]
+
+
+class ActivationCapture:
+    """Records, for the forward passes inside the `with`, the keys of `activation_keys`:
+
+    - act_rms/layer_i: RMS of the residual stream leaving block i (over batch, positions and features);
+    - act_rms/head_input: RMS of what the LM head reads (after the final norm, if the placement has one);
+    - logits/mean, logits/max: mean and maximum of the output logits over batch, positions and vocabulary;
+    - attn_max_logit/layer_i: the largest causal q·k/√d_head of block i over batch, heads and positions.
+
+    With several forwards in the block the last one wins; the trainer captures only the first micro-batch.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.n_layers = len(model.blocks)
+        self.keys = activation_keys(self.n_layers)
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self._found: dict[str, torch.Tensor] = {}
+
+    def _record(self, key: str, fn: Any):
+        def hook(module: nn.Module, args: tuple, output: Any = None) -> None:
+            self._found[key] = fn(args, output)
+
+        return hook
+
+    def __enter__(self) -> ActivationCapture:
+        self._found = {}
+        for i, block in enumerate(self.model.blocks):
+            self._handles.append(
+                block.register_forward_hook(self._record(names.act_rms_layer(i), lambda a, out: rms(out)))
+            )
+            for attn in attention_modules(block):
+                attn.capture_max_logit = True
+        head = self.model.head
+        self._handles.append(
+            head.register_forward_pre_hook(self._record(names.ACT_RMS_HEAD, lambda a, out: rms(a[0])))
+        )
+        self._handles.append(head.register_forward_hook(self._record("logits", lambda a, out: out.detach())))
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        for i, block in enumerate(self.model.blocks):
+            for attn in attention_modules(block):
+                attn.capture_max_logit = False
+                if attn.max_logit is not None:
+                    self._found[names.attn_max_logit_layer(i)] = attn.max_logit
+                    attn.max_logit = None
+        logits = self._found.pop("logits", None)
+        if logits is not None:
+            logits = logits.float()
+            self._found[names.LOGIT_MEAN] = logits.mean()
+            self._found[names.LOGIT_MAX] = logits.amax()
+
+    def values(self) -> torch.Tensor:
+        """The captured values as one float32 tensor in `self.keys` order (NaN where nothing was captured)."""
+        nan = torch.tensor(float("nan"))
+        device = next(iter(self._found.values())).device if self._found else nan.device
+        return torch.stack([self._found.get(k, nan.to(device)).float().reshape(()) for k in self.keys])

@@ -1,0 +1,113 @@
+"""The measurements of an instrumented step (every `metrics.every` steps, and step 0), in one place.
+
+The trainer asks `Instruments.begin(step)` for a `StepProbe` on those steps only and calls it at four
+points of the step: before the forward (model update, parameter snapshot), around the first
+micro-batch's forward (activation hooks), after the backward (gradient histograms), and after the
+optimizer step (update ratios). Everything stays on the device until `StepProbe.row()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab.metrics import names
+from normlab.metrics.activations import ActivationCapture
+from normlab.metrics.histograms import layer_grad_histograms
+from normlab.metrics.layout import ParamLayout
+from normlab.metrics.model_update import ModelUpdateProbe
+from normlab.metrics.updates import UpdateRatio, param_norm_keys, update_ratio_keys
+
+# Placements and norms whose early updates DeepNet studies: the model update is measured for these
+# unless metrics.model_update says otherwise.
+MODEL_UPDATE_NORMS = ("deepnorm",)
+MODEL_UPDATE_PLACEMENTS = ("post",)
+
+
+@dataclass(frozen=True)
+class InstrumentConfig:
+    every: int = 10  # instrumented steps: step % every == 0 (0 = only step 0)
+    histogram_every: int = 10  # gradient histograms every `every × histogram_every` steps (0 = never)
+    histogram_bins: int = 64
+    model_update: bool = False
+
+    def instrumented(self, step: int) -> bool:
+        return step == 0 or (self.every > 0 and step % self.every == 0)
+
+    def histogram(self, step: int) -> bool:
+        period = max(self.every, 1) * self.histogram_every
+        return self.histogram_every > 0 and step % period == 0
+
+
+def wants_model_update(setting: bool | str, norm: str, placement: str) -> bool:
+    """metrics.model_update: true, false, or auto (DeepNorm and Post-LN runs, the cases DeepNet measures)."""
+    if setting == "auto":
+        return norm in MODEL_UPDATE_NORMS or placement in MODEL_UPDATE_PLACEMENTS
+    return bool(setting)
+
+
+class Instruments:
+    def __init__(
+        self, model: nn.Module, layout: ParamLayout, cfg: InstrumentConfig, probe: torch.Tensor | None
+    ) -> None:
+        self.cfg = cfg
+        self.layout = layout
+        self.capture = ActivationCapture(model)
+        self.updates = UpdateRatio(layout)
+        self.model_update = ModelUpdateProbe(model, probe) if cfg.model_update and probe is not None else None
+
+    def begin(self, step: int) -> StepProbe | None:
+        """A probe for this step, or None on the steps that are not instrumented (no cost at all)."""
+        return StepProbe(self, step) if self.cfg.instrumented(step) else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model_update": self.model_update.state_dict() if self.model_update else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.model_update is not None and state.get("model_update") is not None:
+            self.model_update.load_state_dict(state["model_update"])
+
+
+class StepProbe:
+    def __init__(self, instruments: Instruments, step: int) -> None:
+        self.instruments = instruments
+        self.step = step
+        self.keys: list[str] = []
+        self.parts: list[torch.Tensor] = []
+        self.extras: dict[str, Any] = {}  # host values that are not scalars (histograms)
+        if instruments.model_update is not None:
+            self._add([names.MODEL_UPDATE], instruments.model_update.measure().view(1))
+        instruments.updates.before()
+        self._add(param_norm_keys(instruments.layout.n_layers), instruments.updates.param_norms())
+        self._captured = False
+
+    def _add(self, keys: list[str], values: torch.Tensor) -> None:
+        self.keys += keys
+        self.parts.append(values.float())
+
+    def forward(self) -> contextlib.AbstractContextManager:
+        """Hooks around the first forward of the step; later micro-batches run without them."""
+        if self._captured:
+            return contextlib.nullcontext()
+        self._captured = True
+        return self.instruments.capture
+
+    def after_backward(self, grads: list[torch.Tensor]) -> None:
+        cfg = self.instruments.cfg
+        if cfg.histogram(self.step):
+            self.extras.update(layer_grad_histograms(self.instruments.layout, grads, cfg.histogram_bins))
+
+    def after_update(self, updated: bool) -> None:
+        capture = self.instruments.capture
+        self._add(capture.keys, capture.values())
+        if updated:  # no update (max_steps=0) means no ratio, rather than a misleading 0
+            self._add(update_ratio_keys(self.instruments.layout.n_layers), self.instruments.updates.ratios())
+
+    def row(self) -> dict[str, Any]:
+        """The step's measurements as host values (one transfer for all scalars)."""
+        values = torch.cat(self.parts).tolist()
+        return {**dict(zip(self.keys, values, strict=True)), **self.extras}

@@ -1,0 +1,210 @@
+"""Weights & Biases as a second sink next to metrics.jsonl (`logger=wandb`).
+
+metrics.jsonl stays the source of truth: nothing here may stop training. Opening falls back from online
+to offline to nothing, each failure reported in one line; a failed `log` disables the sink for the rest
+of the run. W&B's files go to RUN_DIR/wandb/, so an offline run is uploaded later with `wandb sync`.
+"""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from normlab.metrics import names
+from normlab.metrics.histograms import Histogram
+
+log = logging.getLogger("normlab")
+
+MODES = ("auto", "online", "offline", "disabled")
+# config groups whose choice is named by their `name` key: logged as `norm: ln` so W&B can group by it
+NAMED_GROUPS = ("norm", "placement", "schedule", "data", "logger")
+# summary.json fields copied into the W&B run summary
+SUMMARY_FIELDS = (
+    "status",
+    "steps",
+    "final_train_loss",
+    "final_val_loss",
+    "best_val_loss",
+    "n_spikes",
+    "diverged_at",
+    "tokens_per_s",
+    "n_params",
+)
+
+
+def has_credentials(base_url: str, env: Mapping[str, str] = os.environ) -> bool:
+    """Whether W&B could authenticate without asking: an API key in the environment, or in the netrc
+    file (where `wandb login` stores it) for the server at base_url.
+
+    Checked locally (no network): an online attempt without credentials would prompt or fail.
+    """
+    if env.get("WANDB_API_KEY") or env.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlparse(base_url).hostname or ""
+    path = Path(env.get("NETRC", Path.home() / ".netrc")).expanduser()
+    try:
+        return path.is_file() and netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_mode(requested: str, base_url: str, env: Mapping[str, str] = os.environ) -> str:
+    """online | offline | disabled: WANDB_MODE wins, then logger.mode; auto means online with credentials."""
+    mode = env.get("WANDB_MODE") or requested
+    if mode in ("dryrun",):  # W&B's old name for offline
+        mode = "offline"
+    if mode not in MODES:
+        raise ValueError(f"logger.mode={mode} is unknown; choose one of {', '.join(MODES)}.")
+    if mode == "auto":
+        return "online" if has_credentials(base_url, env) else "offline"
+    return mode
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"d_model": 128}} → {"model.d_model": 128}: the keys users type as Hydra overrides."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{path}."))
+        else:
+            flat[path] = list(value) if isinstance(value, list | tuple) else value
+    return flat
+
+
+def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved config, flattened; a named group's choice sits at its top-level key (`norm: rms`)."""
+    flat = flatten(cfg)
+    for group in NAMED_GROUPS:
+        if isinstance(cfg.get(group), Mapping) and "name" in cfg[group]:
+            flat[group] = flat.pop(f"{group}.name")
+    return flat
+
+
+def run_tags(cfg: Mapping[str, Any]) -> list[str]:
+    tags = [
+        cfg["norm"]["name"],
+        cfg["placement"]["name"],
+        f"L{cfg['depth']}",
+        f"w{cfg['warmup_steps']}",
+        *cfg["logger"].get("tags", []),
+    ]
+    experiment = cfg.get("experiment_name", cfg.get("experiment"))
+    if isinstance(experiment, str):
+        tags.append(experiment)
+    return list(dict.fromkeys(str(t)[:64] for t in tags))  # W&B limits a tag to 64 characters
+
+
+def to_wandb(row: Mapping[str, Any], wandb: Any) -> dict[str, Any]:
+    """A metrics row as W&B takes it: histograms become wandb.Histogram, everything else stays."""
+    return {
+        k: wandb.Histogram(np_histogram=(v.counts, v.edges)) if isinstance(v, Histogram) else v
+        for k, v in row.items()
+    }
+
+
+class WandbSink:
+    """One W&B run: `log(row)` per metrics row, `finish(summary)` once, however the run ended."""
+
+    wants_histograms = True
+
+    def __init__(self, run: Any, wandb: Any) -> None:
+        self.run, self.wandb = run, wandb
+
+    @classmethod
+    def open(cls, cfg: Mapping[str, Any], run_dir: Path, group: str) -> WandbSink | None:
+        """Start the W&B run (online, else offline), or return None with one line saying why not."""
+        lcfg = cfg["logger"]
+        try:
+            import wandb
+        except ImportError:
+            log.warning(
+                "W&B off: the wandb package is not installed (pip install wandb); metrics.jsonl only."
+            )
+            return None
+        try:
+            base_url = wandb.Settings().base_url  # the server W&B would use (WANDB_BASE_URL or its default)
+            mode = resolve_mode(lcfg.get("mode", "auto"), base_url)
+        except Exception as e:
+            log.warning("W&B off: %s", e)
+            return None
+        if mode == "disabled":
+            return None
+        run = None
+        for attempt in ("online", "offline") if mode == "online" else ("offline",):
+            try:
+                run = cls._init(wandb, cfg, run_dir, group, attempt)
+                break
+            except Exception as e:  # any W&B failure must leave training running
+                first_line = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+                log.warning("W&B %s start failed (%s: %s)", attempt, type(e).__name__, first_line)
+        if run is None:
+            log.warning("W&B off for this run; metrics.jsonl has everything.")
+            return None
+        if run.settings.mode == "offline" or getattr(run, "offline", False):
+            why = "" if has_credentials(base_url) else " (no W&B credentials found)"
+            log.info("W&B offline%s; upload later with: wandb sync %s", why, run.settings.sync_dir)
+        else:
+            log.info("W&B run: %s", run.url)
+        return cls(run, wandb)
+
+    @staticmethod
+    def _init(wandb: Any, cfg: Mapping[str, Any], run_dir: Path, group: str, mode: str) -> Any:
+        lcfg = cfg["logger"]
+        settings = wandb.Settings(
+            mode=mode,
+            init_timeout=float(lcfg.get("init_timeout", 30)),
+            finish_timeout=float(lcfg.get("finish_timeout", 120)),
+            x_disable_stats=not lcfg.get("system_stats", False),
+            console="off",  # leave stdout/stderr (and the progress bar) alone
+            silent=True,  # we print the one line that matters ourselves
+            reinit="finish_previous",  # jobs of a multirun in one process each get their own run
+        )
+        run = wandb.init(
+            project=lcfg.get("project", "normlab"),
+            entity=lcfg.get("entity"),
+            name=cfg["name"],
+            group=group,
+            job_type=lcfg.get("job_type", "train"),
+            tags=run_tags(cfg),
+            config=run_config(cfg),
+            dir=str(run_dir),
+            settings=settings,
+        )
+        run.define_metric(names.STEP)
+        run.define_metric("*", step_metric=names.STEP)  # every chart's x axis is the training step
+        run.define_metric(names.VAL_LOSS, step_metric=names.STEP, summary="min")
+        return run
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.log(to_wandb(row, self.wandb))
+        except Exception as e:
+            log.warning("W&B logging failed (%s: %s); W&B off for the rest of this run.", type(e).__name__, e)
+            self._close(exit_code=1)
+
+    def finish(self, summary: Mapping[str, Any]) -> None:
+        """Copy the summary and end the run; exit code 0 only for a completed run (W&B shows others failed)."""
+        if self.run is None:
+            return
+        try:
+            for key in SUMMARY_FIELDS:
+                if summary.get(key) is not None:
+                    self.run.summary[key] = summary[key]
+        except Exception as e:
+            log.warning("W&B summary failed (%s: %s)", type(e).__name__, e)
+        self._close(exit_code=0 if summary.get("status") == "completed" else 1)
+
+    def _close(self, exit_code: int) -> None:
+        run, self.run = self.run, None
+        try:
+            run.finish(exit_code=exit_code)
+        except Exception as e:
+            log.warning("W&B finish failed (%s: %s)", type(e).__name__, e)
