@@ -323,3 +323,42 @@ def test_two_prepares_at_once_share_one_cache(layout_dir, tmp_path: Path) -> Non
     assert documents(corpus, "val") == data["val"]
     digest = hashlib.sha256((entries[0] / "train.bin").read_bytes()).hexdigest()
     assert digest == hashlib.sha256(np.asarray(corpus.train).tobytes()).hexdigest()
+
+
+# --- the Hub, with the network replaced by local files ---------------------------------------------
+
+
+def test_hub_v1_goes_through_datasets(monkeypatch: pytest.MonkeyPatch, layout_dir, tmp_path: Path) -> None:
+    """V1 is `datasets.load_dataset(hub_id, revision=..., split=...)`; a local snapshot stands in for the Hub."""
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
+    monkeypatch.setattr(files_mod, "hub_reachable", lambda timeout=3.0: True)
+    root, data = layout_dir("parquet")
+    cfg = ts_cfg(None, tmp_path / "cache", hub_id=str(root), version="v1", max_train_stories=50)
+    corpus = load_corpus(cfg, progress=False)
+    assert documents(corpus, "train") == data["train"][:50]
+    assert documents(corpus, "val") == data["val"]
+    assert any((tmp_path / "hf-datasets").iterdir())  # went through the datasets cache
+
+
+def test_hub_v2_fetches_the_official_text_files(
+    monkeypatch: pytest.MonkeyPatch, layout_dir, tmp_path: Path
+) -> None:
+    import huggingface_hub
+
+    root, data = layout_dir("v2txt")
+    calls = []
+
+    def fake_download(repo_id: str, filename: str, *, repo_type: str, revision: str) -> str:
+        calls.append((repo_id, filename, repo_type, revision))
+        return str(root / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(files_mod, "hub_reachable", lambda timeout=3.0: True)
+    corpus = load_corpus(ts_cfg(None, tmp_path / "cache", revision="abc123"), progress=False)
+    assert documents(corpus, "train") == data["train"] and documents(corpus, "val") == data["val"]
+    assert calls == [
+        ("roneneldan/TinyStories", "TinyStoriesV2-GPT4-train.txt", "dataset", "abc123"),
+        ("roneneldan/TinyStories", "TinyStoriesV2-GPT4-valid.txt", "dataset", "abc123"),
+    ]  # each file fetched once, though the training file is read twice (tokenizer, then ids)

@@ -351,6 +351,12 @@ def tinystories_source(cfg: dict[str, Any], progress: bool = True) -> Source:
             f"Found the TinyStories training files under data.path={root} but no validation files "
             f"(looked for {val_name} or files named validation…); add them next to the training files."
         )
+    if layout.fmt != "txt":
+        log.info(
+            "using %s under %s (data.version only picks between the official .txt files)",
+            layout.description,
+            root,
+        )
     return FileSource("tinystories", root, layout, cfg, val_fraction=None)
 
 
