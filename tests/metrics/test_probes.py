@@ -1,0 +1,160 @@
+"""Instrumented-step measurements against explicit computations on a tiny model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from normlab.metrics import names
+from normlab.metrics.activations import ActivationCapture
+from normlab.metrics.histograms import Histogram
+from normlab.metrics.instruments import wants_model_update
+
+
+def residual_stream(model, x: torch.Tensor) -> list[torch.Tensor]:
+    """Embedding output, then the residual stream after each block, by calling the modules in order."""
+    h = model.tok_emb(x) * model.embed_scale + model.pos_emb[: x.shape[1]]
+    states = [h]
+    for block in model.blocks:
+        h = block(h)
+        states.append(h)
+    return states
+
+
+def explicit_max_logit(attn_branch, h: torch.Tensor) -> float:
+    """max over batch, heads and query ≥ key of q·k/√d_head, from the qkv weights."""
+    attn = attn_branch.sublayer
+    z = attn_branch.norm_in(h)
+    b, t, d = z.shape
+    nh = attn.n_heads
+    q, k, _ = torch.nn.functional.linear(z, attn.qkv.weight, attn.qkv.bias).split(d, dim=-1)
+    best = -math.inf
+    for head in range(nh):
+        sl = slice(head * d // nh, (head + 1) * d // nh)
+        for i in range(t):
+            for j in range(i + 1):
+                dots = (q[:, i, sl] * k[:, j, sl]).sum(-1) / math.sqrt(d // nh)
+                best = max(best, dots.max().item())
+    return best
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "double"])
+def test_activation_capture_matches_an_explicit_forward(make_gpt, placement):
+    model = make_gpt("ln", placement, n_layers=2)
+    with torch.no_grad():
+        x = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(3))
+        with ActivationCapture(model) as cap:
+            logits = model(x)
+        got = dict(zip(cap.keys, cap.values().tolist(), strict=True))
+        states = residual_stream(model, x)
+        for i in range(2):
+            rms = torch.sqrt(torch.mean(states[i + 1] ** 2)).item()
+            assert got[names.act_rms_layer(i)] == pytest.approx(rms, rel=1e-5)
+            assert got[names.attn_max_logit_layer(i)] == pytest.approx(
+                explicit_max_logit(model.blocks[i].attn, states[i]), rel=1e-4, abs=1e-6
+            )
+        head_in = model.final_norm(states[-1])
+        assert got[names.ACT_RMS_HEAD] == pytest.approx(torch.sqrt(torch.mean(head_in**2)).item(), rel=1e-5)
+        assert got[names.LOGIT_MEAN] == pytest.approx(logits.mean().item(), rel=1e-4, abs=1e-7)
+        assert got[names.LOGIT_MAX] == pytest.approx(logits.max().item(), rel=1e-5)
+
+
+def test_hooks_exist_only_inside_the_capture(make_gpt):
+    model = make_gpt()
+    attn = model.blocks[0].attn.sublayer
+    with ActivationCapture(model):
+        assert model.blocks[0]._forward_hooks and attn.capture_max_logit
+        model(torch.zeros(1, 4, dtype=torch.long))
+    assert not model.blocks[0]._forward_hooks and not model.head._forward_pre_hooks
+    assert not attn.capture_max_logit and attn.max_logit is None
+
+
+def block_params(model, i: int) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith(f"blocks.{i}.")}
+
+
+def test_update_ratio_and_param_norm_against_parameters_before_and_after(make_gpt, make_trainer):
+    model = make_gpt("rms", "pre")
+    trainer = make_trainer(model)
+    before = [block_params(model, i) for i in range(2)]
+    all_before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    probe = trainer.instruments.begin(0)
+    trainer.train_step(update=True, probe=probe)
+    row = probe.row()
+    for i in range(2):
+        after = block_params(model, i)
+        theta = torch.cat([p.flatten() for p in before[i].values()])
+        delta = torch.cat([(after[n] - before[i][n]).flatten() for n in after])
+        assert row[names.param_norm_layer(i)] == pytest.approx(
+            torch.linalg.vector_norm(theta).item(), rel=1e-5
+        )
+        expected = (torch.linalg.vector_norm(delta) / torch.linalg.vector_norm(theta)).item()
+        assert expected > 0
+        assert row[names.update_ratio_layer(i)] == pytest.approx(expected, rel=1e-4)
+    theta = torch.cat([p.flatten() for p in all_before.values()])
+    delta = torch.cat([(p.detach() - all_before[n]).flatten() for n, p in model.named_parameters()])
+    assert row[names.UPDATE_RATIO] == pytest.approx((delta.norm() / theta.norm()).item(), rel=1e-4)
+
+
+def test_no_update_ratio_without_an_update(make_gpt, make_trainer):
+    trainer = make_trainer(make_gpt())
+    probe = trainer.instruments.begin(0)
+    trainer.train_step(update=False, probe=probe)
+    row = probe.row()
+    assert names.param_norm_layer(0) in row and names.update_ratio_layer(0) not in row
+
+
+def test_only_instrumented_steps_get_a_probe(make_gpt, make_trainer):
+    trainer = make_trainer(make_gpt(), metrics={"every": 5})
+    assert [s for s in range(12) if trainer.instruments.begin(s) is not None] == [0, 5, 10]
+    assert make_trainer(make_gpt(), metrics={"every": 0}).instruments.begin(5) is None
+    assert make_trainer(make_gpt(), metrics={"enabled": False}).instruments is None
+
+
+def eval_logits(model, x: torch.Tensor) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        out = model(x)
+    model.train()
+    return out
+
+
+def test_model_update_is_deepnets_measure(make_gpt, make_trainer):
+    model = make_gpt("ln", "post")
+    trainer = make_trainer(model, metrics={"probe_batch": 2})
+    x = trainer.instruments.model_update.probe
+    assert x.shape == (2, 16)
+    at_init = eval_logits(model, x)
+    first = trainer.instruments.begin(0)
+    trainer.train_step(update=True, probe=first)
+    assert first.row()[names.MODEL_UPDATE] == 0.0
+    trainer.train_step(update=True)
+    # step 10's row is measured before its update: the function after the two updates so far
+    diff = eval_logits(model, x) - at_init
+    expected = torch.stack([torch.linalg.vector_norm(diff[b, t]) for b in range(2) for t in range(16)]).mean()
+    later = trainer.instruments.begin(10)
+    trainer.train_step(update=True, probe=later)
+    assert later.row()[names.MODEL_UPDATE] == pytest.approx(expected.item(), rel=1e-5)
+    assert expected.item() > 0
+
+
+def test_model_update_only_where_deepnet_measures_it():
+    assert wants_model_update("auto", "deepnorm", "post") and wants_model_update("auto", "ln", "post")
+    assert not wants_model_update("auto", "ln", "pre")
+    assert wants_model_update(True, "ln", "pre") and not wants_model_update(False, "ln", "post")
+
+
+def test_gradient_histograms_cover_every_block_entry(make_gpt, make_trainer):
+    model = make_gpt()
+    trainer = make_trainer(model, metrics={"every": 2, "histogram_every": 3, "histogram_bins": 16})
+    assert trainer.instruments.cfg.histogram(0) and trainer.instruments.cfg.histogram(6)
+    assert not trainer.instruments.cfg.histogram(2)
+    probe = trainer.instruments.begin(0)
+    trainer.train_step(update=True, probe=probe)
+    hist = probe.row()[names.grad_hist_layer(1)]
+    assert isinstance(hist, Histogram) and len(hist.counts) == 16 and len(hist.edges) == 17
+    assert sum(hist.counts) == sum(
+        p.numel() for n, p in model.named_parameters() if n.startswith("blocks.1.")
+    )

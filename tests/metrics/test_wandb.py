@@ -1,0 +1,130 @@
+"""W&B: mode resolution, offline runs with full history, failures that never stop training, sweeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from wandb_records import read_run
+
+from normlab.metrics import names
+from normlab.metrics.wandb_sink import WandbSink, flatten, has_credentials, resolve_mode, run_config, run_tags
+from normlab.train.run import Run
+
+URL = "https://api.example.test"
+
+
+def offline_runs(run_dir: Path) -> list[Path]:
+    return sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+
+
+def test_mode_follows_credentials_and_wandb_mode(tmp_path):
+    no_netrc = {"NETRC": str(tmp_path / "missing")}
+    assert resolve_mode("auto", URL, no_netrc) == "offline"
+    assert resolve_mode("auto", URL, {**no_netrc, "WANDB_API_KEY": "x" * 40}) == "online"
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine api.example.test\n  login user\n  password " + "k" * 40 + "\n")
+    assert has_credentials(URL, {"NETRC": str(netrc)})
+    assert not has_credentials("https://other.test", {"NETRC": str(netrc)})
+    assert resolve_mode("auto", URL, {"NETRC": str(netrc)}) == "online"
+    assert resolve_mode("auto", URL, {"NETRC": str(netrc), "WANDB_MODE": "offline"}) == "offline"
+    assert resolve_mode("offline", URL, {**no_netrc, "WANDB_API_KEY": "x"}) == "offline"
+    assert resolve_mode("disabled", URL, no_netrc) == "disabled"
+    with pytest.raises(ValueError, match="choose one of"):
+        resolve_mode("sometimes", URL, no_netrc)
+
+
+def test_config_is_flat_with_the_choices_at_the_top(make_cfg):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(make_cfg("norm=rms", "placement=post", "depth=3"), resolve=True)
+    flat = run_config(cfg)
+    assert (flat["norm"], flat["placement"], flat["depth"], flat["warmup_steps"]) == ("rms", "post", 3, 2)
+    assert flat["model.d_model"] == 64 and flat["train.batch_size"] == 8
+    assert not any(isinstance(v, dict) for v in flat.values())
+    assert flatten({"a": {"b": {"c": 1}}, "d": [1, 2]}) == {"a.b.c": 1, "d": [1, 2]}
+    assert run_tags(cfg)[:4] == ["rms", "post", "L3", "w2"]
+
+
+def test_offline_run_writes_history_config_and_exit_code(make_cfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    summary = Run(make_cfg("logger=wandb", "train.max_steps=12", "metrics.every=5"), tmp_path).execute()
+    assert summary["status"] == "completed"
+    (path,) = offline_runs(tmp_path)  # inside the run directory, not the repository
+    record = read_run(path)
+    history = [h for h in record["history"] if names.LOSS in h]
+    assert [h[names.STEP] for h in history] == list(range(12))
+    assert all(names.GRAD_NORM in h and names.grad_norm_layer(1) in h for h in history)
+    assert names.act_rms_layer(0) in history[5] and names.act_rms_layer(0) not in history[4]
+    assert any(k.startswith(names.grad_hist_layer(0)) for k in history[0])  # histograms at step 0
+    assert any(names.VAL_LOSS in h for h in record["history"])
+    assert record["config"]["norm"] == "ln" and record["config"]["depth"] == 2
+    assert record["run"].run_group == "default" and record["run"].display_name == summary["name"]
+    assert record["exit_code"] == 0
+
+
+def test_a_failing_wandb_never_stops_training(make_cfg, tmp_path, monkeypatch):
+    import wandb
+
+    def broken_init(*args, **kwargs):
+        raise RuntimeError("no service")
+
+    monkeypatch.setattr(wandb, "init", broken_init)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    summary = Run(make_cfg("logger=wandb"), tmp_path).execute()
+    assert summary["status"] == "completed"
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 4  # 3 steps + the final evaluation
+
+
+def test_a_failing_log_disables_the_sink_only():
+    class FlakyRun:
+        finished_with = None
+
+        def log(self, row):
+            raise OSError("disk full")
+
+        def finish(self, exit_code):
+            self.finished_with = exit_code
+
+    run = FlakyRun()
+    sink = WandbSink(run, wandb=None)
+    sink.log({names.STEP: 0, names.LOSS: 1.0})  # does not raise
+    sink.log({names.STEP: 1, names.LOSS: 1.0})
+    sink.finish({"status": "completed"})
+    assert run.finished_with == 1 and sink.run is None
+
+
+def test_multirun_groups_wandb_runs_by_sweep_and_goes_on_past_divergence(
+    cache_dir, tmp_path, tiny_overrides, repo_root
+):
+    sweep = tmp_path / "sweep"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env["NETRC"] = str(tmp_path / "no-netrc")  # no credentials anywhere: W&B must go offline on its own
+    cmd = [
+        sys.executable,
+        "train.py",
+        "-m",
+        *tiny_overrides,
+        f"data.cache_dir={cache_dir}",
+        "logger=wandb",
+        "norm=none",
+        "warmup_steps=0",
+        "train.grad_clip=0",
+        "train.max_steps=20",
+        "optim.lr=1e5,3e-3",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    proc = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wandb sync" in proc.stdout + proc.stderr
+    jobs = sorted(p.parent for p in sweep.glob("*/summary.json"))
+    statuses = [json.loads((j / "summary.json").read_text())["status"] for j in jobs]
+    assert statuses == ["diverged", "completed"]
+    records = [read_run(offline_runs(j)[0]) for j in jobs]
+    groups = {r["run"].run_group for r in records}
+    assert len(groups) == 1 and groups.pop().endswith("sweep")
+    assert [r["exit_code"] for r in records] == [1, 0]
