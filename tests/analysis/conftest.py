@@ -40,7 +40,8 @@ def config(norm: str, placement: str, seed: int, depth: int = DEPTH, warmup: int
             "init": "gpt2",
             "_convert_": "all",
         },
-        "norm": {"name": norm, "eps": 1.0e-5},
+        # as in configs/norm: only some norms have a bias key, so model.norm.bias (${norm}) exists in some runs
+        "norm": {"name": norm, "eps": 1.0e-5, **({"bias": True} if norm in ("ln", "deepnorm") else {})},
         "placement": {"name": placement},
         "schedule": {"name": "cosine"},
         "optim": {"name": "adamw", "lr": 0.003, "betas": [0.9, 0.95]},

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import runpy
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from normlab.analysis import load_runs
 from normlab.analysis.cli import compare_main, plot_main
@@ -41,7 +44,7 @@ def test_plot_writes_loss_and_grad_norm(sweep, tmp_path, capsys):
     ]
 
 
-def test_scripts_run_as_files(fresh_sweep, tmp_path):
+def test_scripts_run_as_files(fresh_sweep, tmp_path, monkeypatch):
     out = tmp_path / "cmp"
     done = subprocess.run(
         [
@@ -61,12 +64,9 @@ def test_scripts_run_as_files(fresh_sweep, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == f"report: {out / 'report.md'}"
     assert (out / "grad_norm.png").is_file()
-    done = subprocess.run(
-        [sys.executable, "scripts/plot.py", str(fresh_sweep.path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    # plot.py in this interpreter (a second fresh one would only re-import matplotlib)
+    monkeypatch.setattr(sys, "argv", ["plot.py", str(fresh_sweep.path)])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "scripts" / "plot.py"), run_name="__main__")
+    assert exit_.value.code == 0
     assert (fresh_sweep.path / "loss.png").is_file() and (fresh_sweep.path / "grad_norm.png").is_file()

@@ -149,3 +149,17 @@ def test_file_names_match_the_training_side():
     from normlab.train import run
 
     assert (load_mod.METRICS_FILE, load_mod.SUMMARY_FILE) == (run.METRICS_FILE, run.SUMMARY_FILE)
+
+
+def test_interpolated_keys_present_in_some_runs_only_are_not_variants(tmp_path, fab):
+    # ln has norm.bias, rms does not: model.norm (${norm}) resolves to a bias key in the ln run only
+    path = fab.write_sweep(
+        tmp_path / "s",
+        [
+            fab.spec("ln", "pre", 0, final_val=2.0, best_val=2.0, final_train=2.0),
+            fab.spec("rms", "pre", 0, final_val=2.1, best_val=2.1, final_train=2.1),
+        ],
+    )
+    rs = load_runs(path)
+    assert rs.runs["model.norm.bias"].tolist()[0] is True
+    assert rs.varying == ["norm.name"] and rs.variants == ["ln", "rms"]

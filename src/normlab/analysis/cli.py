@@ -53,7 +53,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--logx", action="store_true", help="log-scale step axes")
     parser.add_argument(
-        "--smooth", type=int, default=1, metavar="N", help="rolling mean of the training loss over N steps"
+        "--smooth",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rolling mean of the training loss over N logged steps (default: ~1/100 of the run; 1 = raw)",
     )
     parser.add_argument("--figures", metavar="NAMES", help=f"only these figures: {','.join(figure_keys)}")
     args = parser.parse_args(argv)

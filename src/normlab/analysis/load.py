@@ -387,6 +387,11 @@ class RunSet:
         return _palette(self.variants)
 
     @property
+    def markers(self) -> dict[str, str]:
+        """One marker per variant (for point-wise figures), so overlapping lines stay tellable apart."""
+        return {label: VARIANT_MARKERS[i % len(VARIANT_MARKERS)] for i, label in enumerate(self.variants)}
+
+    @property
     def valid(self) -> pd.DataFrame:
         """Runs that trained (status other than invalid)."""
         return self.runs[self.runs["status"] != "invalid"]
@@ -426,6 +431,10 @@ class RunSet:
         return list(self.runs.attrs.get("config_keys", []))
 
 
+# "^" (loss spikes) and "X" (divergence) are left out: they mark events in the figures.
+VARIANT_MARKERS = ("o", "s", "D", "v", "P", "*", "h", "<", ">", "p", "d")
+
+
 def _palette(labels: Sequence[str]) -> dict[str, Any]:
     from matplotlib import colormaps
 
@@ -433,7 +442,9 @@ def _palette(labels: Sequence[str]) -> dict[str, Any]:
     if n <= 10:
         colors = colormaps["tab10"].colors
     elif n <= 20:
-        colors = colormaps["tab20"].colors
+        # tab20's strong colours first, then its light ones: neighbours in a sweep stay distinct
+        pairs = colormaps["tab20"].colors
+        colors = list(pairs[0::2]) + list(pairs[1::2])
     else:
         cmap = colormaps["turbo"]
         colors = [cmap(i / max(n - 1, 1)) for i in range(n)]
@@ -543,7 +554,8 @@ def load_runs(
 
     runs = pd.DataFrame.from_records(records).set_index("run")
     runs.attrs["config_keys"] = list(config_keys)
-    derived = set.intersection(*(r.derived for r in loaded)) if loaded else set()
+    # derived: an interpolation in every run that has the key (`model.norm.bias` exists only for norms with a bias)
+    derived = {k for k in config_keys if all(k in r.derived for r in loaded if k in r.config)}
     varying = varying_keys([r.config for r in loaded], derived)
     metrics = _metrics_frame(all_rows)
     rs = RunSet(

@@ -20,7 +20,7 @@ from matplotlib.colors import LogNorm, Normalize, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import LogFormatter
+from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from normlab.analysis.load import RunSet, _sortable
 from normlab.analysis.stats import finite, layer_columns, run_series, seed_stats
@@ -31,6 +31,8 @@ STEP_LABEL = "optimizer step"
 LOSS_UNIT = "cross-entropy (nats/token)"
 LAYER_LABEL = "block index (0 = next to the embedding)"
 BAND_ALPHA = 0.18
+AUTO_SMOOTH_POINTS = 100  # automatic smoothing of per-step curves keeps about this many windows
+MAX_BANDS = 6  # with more variants than this, ± std bands are left out: they would cover each other
 
 
 class NoData(Exception):
@@ -50,7 +52,11 @@ def _figure(nrows: int = 1, ncols: int = 1, *, width: float = 10.0, height: floa
 
 def _variant_handles(rs: RunSet, variants: Sequence[str]) -> list[Line2D]:
     colors = rs.colors
-    return [Line2D([], [], color=colors[v], lw=2, label=v) for v in variants]
+    markers = rs.markers
+    return [
+        Line2D([], [], color=colors[v], lw=2, marker=markers[v], ms=6, mfc="white", mew=1.4, label=v)
+        for v in variants
+    ]
 
 
 SPIKE_STYLE = dict(marker="^", s=42, facecolors="none", linewidths=1.3, zorder=5)
@@ -86,7 +92,7 @@ def _step_axis(ax, logx: bool) -> None:
     ax.set_xlim(left=0)
 
 
-def _band(ax, d: pd.DataFrame, color, *, logy: bool = False, **line_kw: Any) -> bool:
+def _band(ax, d: pd.DataFrame, color, *, logy: bool = False, band: bool = True, **line_kw: Any) -> bool:
     """Mean line with a ± std band. Where fewer runs than the variant's full count contribute (a seed
     diverged or stopped early), the line is dashed. Returns whether any dashed part was drawn."""
     x = d[names.STEP].to_numpy()
@@ -102,7 +108,7 @@ def _band(ax, d: pd.DataFrame, color, *, logy: bool = False, **line_kw: Any) -> 
     if reduced.any():
         kw = {k: v for k, v in line_kw.items() if k not in ("ls", "linestyle")}
         ax.plot(x, np.where(near, mean, np.nan), color=color, lw=1.4, ls=(0, (4, 2)), **kw)
-    if np.isfinite(std).any():
+    if band and np.isfinite(std).any():
         lo, hi = mean - std, mean + std
         if logy:
             lo = np.maximum(lo, mean * 0.05)
@@ -110,11 +116,18 @@ def _band(ax, d: pd.DataFrame, color, *, logy: bool = False, **line_kw: Any) -> 
     return bool(reduced.any())
 
 
+class _PlainLogFormatter(LogFormatter):
+    """Log-axis tick labels as 0.03, 0.1, 1, 30 (scientific only far from 1), minor ticks labelled when
+    the axis spans little more than a decade."""
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return f"{x:g}" if 1e-3 <= abs(x) < 1e5 else f"{x:.0e}".replace("e-0", "e-").replace("e+0", "e")
+
+
 def _log_y(ax) -> None:
-    """Log y axis labelled 0.3, 1, 3, 10 rather than 3×10⁻¹."""
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(LogFormatter())
-    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+    ax.yaxis.set_major_formatter(_PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
 
 
 FEWER_SEEDS = Line2D(
@@ -180,17 +193,20 @@ def _scatter(ax, rs: RunSet, points, style: dict, top: float | None = None, face
 
 
 def _clip_top(ax, stats: pd.DataFrame) -> float | None:
-    """Keep a diverging run's exploding loss from flattening everyone else's curve: cap the y axis at
-    1.25 × the largest step-0 loss when something goes above it. Returns the cap, if set."""
-    if stats.empty:
+    """Fit the y axis to the mean curves, not their bands, and keep a diverging run's exploding loss from
+    flattening everyone else's: cap the axis at 1.25 × the largest first-step loss when something goes
+    above it. Returns the cap, if set."""
+    means = stats["mean"].to_numpy(dtype=float) if not stats.empty else np.array([])
+    means = means[np.isfinite(means)]
+    if means.size == 0:
         return None
+    lo, hi, top = means.min(), means.max(), None
     start = stats[stats[names.STEP] == stats[names.STEP].min()]["mean"].max()
-    peak = (stats["mean"] + stats["std"].fillna(0)).max()
-    if np.isfinite(start) and start > 0 and peak > 1.25 * start:
-        top = 1.25 * start
-        ax.set_ylim(top=top)
-        return top
-    return None
+    if np.isfinite(start) and start > 0 and hi > 1.25 * start:
+        hi = top = 1.25 * start
+    pad = 0.06 * (hi - lo) if hi > lo else 0.5
+    ax.set_ylim(lo - pad, hi + pad)
+    return None if top is None else hi + pad
 
 
 def _color_title(ax, text: str, color) -> None:
@@ -202,12 +218,22 @@ def _darken(color, factor: float = 0.8):
     return (r * factor, g * factor, b * factor)
 
 
-def _agg_note(rs: RunSet, band: bool = True) -> str:
+def _agg_note(rs: RunSet, band: bool = True, panels: bool = False) -> str:
     """How lines relate to runs: 'mean over seeds, band ± 1 std', or 'one line per run'."""
     sizes = rs.valid.groupby("variant").size()
     if sizes.empty or sizes.max() <= 1:
-        return "one line per run" if band else "one panel per run"
-    return "mean over seeds, band ± 1 std" if band else "mean over seeds"
+        return "one panel per run" if panels else "one line per run"
+    return "mean over seeds, band ± 1 std" if band and not panels else "mean over seeds"
+
+
+def _auto_window(stats: pd.DataFrame, smooth: int | None) -> int:
+    if smooth is not None:
+        return max(1, int(smooth))
+    return max(1, stats[names.STEP].nunique() // AUTO_SMOOTH_POINTS) if not stats.empty else 1
+
+
+def _bands_for(stats: pd.DataFrame) -> bool:
+    return stats["variant"].nunique() <= MAX_BANDS
 
 
 def _panel_grid(n: int, max_cols: int = 3) -> tuple[int, int]:
@@ -247,14 +273,17 @@ def _variants_with(rs: RunSet, metric_cols: Sequence[str]) -> list[str]:
 # ------------------------------------------------------------------------------------------- figures
 
 
-def plot_loss(rs: RunSet, *, logx: bool = False, smooth: int = 1) -> Figure:
+def plot_loss(rs: RunSet, *, logx: bool = False, smooth: int | None = None) -> Figure:
     """Training and validation loss vs step; spikes marked (^), diverged runs end in a cross (X).
 
-    `smooth`: rolling mean over this many logged steps of the training curve (1 = raw)."""
+    `smooth`: rolling mean over this many logged steps of the training curve (1 = raw; None = about a
+    hundredth of the run, so a few thousand noisy steps read as a curve). Spike markers sit at raw values."""
     train = seed_stats(rs, names.LOSS)
     val = seed_stats(rs, names.VAL_LOSS)
     if train.empty and val.empty:
         raise NoData(f"no finite '{names.LOSS}' or '{names.VAL_LOSS}' values in metrics.jsonl")
+    smooth = _auto_window(train, smooth)
+    bands = _bands_for(pd.concat([train, val]))
     fig, axes = _figure(1, 2, width=12.5, height=4.6)
     ax_tr, ax_val = axes[0]
     colors = rs.colors
@@ -266,9 +295,18 @@ def plot_loss(rs: RunSet, *, logx: bool = False, smooth: int = 1) -> Figure:
             continue
         shown.append(variant)
         if not d_tr.empty:
-            dashed |= _band(ax_tr, _smooth(d_tr, smooth), colors[variant])
+            dashed |= _band(ax_tr, _smooth(d_tr, smooth), colors[variant], band=bands)
         if not d_val.empty:
-            dashed |= _band(ax_val, d_val, colors[variant], marker="o", ms=3)
+            dashed |= _band(
+                ax_val,
+                d_val,
+                colors[variant],
+                band=bands,
+                marker=rs.markers[variant],
+                ms=5,
+                mfc="white",
+                mew=1.2,
+            )
     top = _clip_top(ax_tr, train)
     spikes = _spike_points(rs, names.SPIKE_LOSS, names.LOSS)
     crosses = _divergence_points(rs, names.LOSS)
@@ -283,18 +321,22 @@ def plot_loss(rs: RunSet, *, logx: bool = False, smooth: int = 1) -> Figure:
     for ax in (ax_tr, ax_val):
         _step_axis(ax, logx)
         ax.set_ylabel(LOSS_UNIT)
-    fig.suptitle(f"Loss vs step ({_agg_note(rs)})")
+    fig.suptitle(f"Loss vs step ({_agg_note(rs, bands)})")
     markers = _marker_handles(bool(spikes), bool(crosses)) + ([FEWER_SEEDS] if dashed else [])
     _legend(fig, _variant_handles(rs, shown) + markers)
     return fig
 
 
-def plot_grad_norm(rs: RunSet, *, logx: bool = False) -> Figure:
-    """Global gradient norm (before clipping) vs step, log y; the clip threshold (train.grad_clip) dashed."""
+def plot_grad_norm(rs: RunSet, *, logx: bool = False, smooth: int | None = None) -> Figure:
+    """Global gradient norm (before clipping) vs step, log y; the clip threshold (train.grad_clip) dashed.
+
+    `smooth`: rolling mean over this many logged steps (None: automatic, 1: raw); spikes sit at raw values."""
     stats = seed_stats(rs, names.GRAD_NORM)
     stats = stats[stats["mean"] > 0]
     if stats.empty:
         raise NoData(f"no finite '{names.GRAD_NORM}' values in metrics.jsonl")
+    smooth = _auto_window(stats, smooth)
+    bands = _bands_for(stats)
     fig, axes = _figure(1, 1, width=10.5, height=4.6)
     ax = axes[0, 0]
     colors = rs.colors
@@ -303,7 +345,7 @@ def plot_grad_norm(rs: RunSet, *, logx: bool = False) -> Figure:
         d = stats[stats["variant"] == variant]
         if not d.empty:
             shown.append(variant)
-            dashed |= _band(ax, d, colors[variant], logy=True)
+            dashed |= _band(ax, _smooth(d, smooth), colors[variant], logy=True, band=bands)
     _log_y(ax)
     extra: list[Line2D] = []
     if "train.grad_clip" in rs.runs.columns:
@@ -319,7 +361,8 @@ def plot_grad_norm(rs: RunSet, *, logx: bool = False) -> Figure:
     _scatter(ax, rs, crosses, CROSS_STYLE, face=True)
     _step_axis(ax, logx)
     ax.set_ylabel("global gradient L2 norm (before clipping)")
-    ax.set_title(f"Global gradient norm vs step ({_agg_note(rs)})")
+    smooth_note = f", rolling mean over {smooth} steps" if smooth > 1 else ""
+    ax.set_title(f"Global gradient norm vs step ({_agg_note(rs, bands)}{smooth_note})")
     markers = _marker_handles(bool(spikes), bool(crosses), "grad-norm spike") + (
         [FEWER_SEEDS] if dashed else []
     )
@@ -354,7 +397,16 @@ def plot_grad_profile_init(rs: RunSet) -> Figure:
             continue
         shown.append(variant)
         means_a, stds_a = np.array(means), np.array(stds)
-        ax.plot(layers, means_a, color=colors[variant], marker="o", ms=4, lw=1.6)
+        ax.plot(
+            layers,
+            means_a,
+            color=colors[variant],
+            marker=rs.markers[variant],
+            ms=7,
+            mfc="none",
+            mew=1.5,
+            lw=1.6,
+        )
         if np.isfinite(stds_a).any():
             ax.fill_between(
                 layers,
@@ -408,7 +460,7 @@ def plot_grad_heatmap(rs: RunSet) -> Figure:
         ax.set_visible(False)
     fig.colorbar(mesh, ax=axes, label="gradient L2 norm of the block (log)", extend="both", shrink=0.9)
     fig.suptitle(
-        f"Per-layer gradient norm over training ({_agg_note(rs, band=False)}; block 0 = next to the embedding)"
+        f"Per-layer gradient norm over training ({_agg_note(rs, panels=True)}; block 0 = next to the embedding)"
     )
     return fig
 
@@ -447,7 +499,16 @@ def plot_act_rms(rs: RunSet) -> Figure:
             layers = list(cols)
             mean = rows[list(cols.values())].mean().to_numpy(dtype=float)
             std = rows[list(cols.values())].std(ddof=1).to_numpy(dtype=float)
-            ax.plot(layers, mean, color=colors[variant], marker="o", ms=4, lw=1.6)
+            ax.plot(
+                layers,
+                mean,
+                color=colors[variant],
+                marker=rs.markers[variant],
+                ms=7,
+                mfc="none",
+                mew=1.5,
+                lw=1.6,
+            )
             if len(rows) > 1:
                 ax.fill_between(
                     layers,
@@ -499,8 +560,9 @@ def _per_layer_over_training(
         ax.set_visible(False)
     from matplotlib.cm import ScalarMappable
 
-    fig.colorbar(ScalarMappable(norm=cnorm, cmap=cmap), ax=axes, label=LAYER_LABEL, shrink=0.9)
-    fig.suptitle(f"{title} ({_agg_note(rs, band=False)}; colour = block index)")
+    cbar = fig.colorbar(ScalarMappable(norm=cnorm, cmap=cmap), ax=axes, label=LAYER_LABEL, shrink=0.9)
+    cbar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(f"{title} ({_agg_note(rs, panels=True)}; colour = block index)")
     return fig
 
 
@@ -533,6 +595,7 @@ def plot_model_update(rs: RunSet, *, logx: bool = False) -> Figure:
     stats = seed_stats(rs, names.MODEL_UPDATE)
     if stats.empty:
         raise NoData(f"no '{names.MODEL_UPDATE}' metric (logged for post and deepnorm runs)")
+    bands = _bands_for(stats)
     fig, axes = _figure(1, 1, width=10.5, height=4.6)
     ax = axes[0, 0]
     shown, dashed = [], False
@@ -540,10 +603,12 @@ def plot_model_update(rs: RunSet, *, logx: bool = False) -> Figure:
         d = stats[stats["variant"] == variant]
         if not d.empty:
             shown.append(variant)
-            dashed |= _band(ax, d, rs.colors[variant], marker="o", ms=2.5)
+            dashed |= _band(
+                ax, d, rs.colors[variant], band=bands, marker=rs.markers[variant], ms=4, mfc="white", mew=1.0
+            )
     _step_axis(ax, logx)
     ax.set_ylabel("‖F(x, θ_t) − F(x, θ_0)‖ on the probe batch")
-    ax.set_title(f"Model update since initialisation (DeepNet's measure; {_agg_note(rs)})")
+    ax.set_title(f"Model update since initialisation (DeepNet's measure; {_agg_note(rs, bands)})")
     _legend(fig, _variant_handles(rs, shown) + ([FEWER_SEEDS] if dashed else []))
     return fig
 
@@ -693,7 +758,7 @@ class FigureSpec:
 
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("loss", "loss.png", "Training and validation loss", plot_loss, ("logx", "smooth")),
-    FigureSpec("grad_norm", "grad_norm.png", "Global gradient norm", plot_grad_norm, ("logx",)),
+    FigureSpec("grad_norm", "grad_norm.png", "Global gradient norm", plot_grad_norm, ("logx", "smooth")),
     FigureSpec(
         "grad_profile_init",
         "grad_profile_init.png",

@@ -115,14 +115,16 @@ def write_report(
     *,
     grid: str | Sequence[str] | None = None,
     logx: bool = False,
-    smooth: int = 1,
+    smooth: int | None = None,
     figures: Sequence[str] | None = None,
     title: str | None = None,
 ) -> Report:
     """Draw every figure that has data into `out_dir`, and write report.md, summary.csv and runs.csv.
 
     `grid`: two config keys for the final-val-loss heatmap ("depth,warmup_steps"); by default the two
-    grouping keys when exactly two vary (or norm × placement). `figures`: keys of FIGURES to draw (all).
+    grouping keys when exactly two vary (or norm × placement). `figures`: keys of FIGURES (and "grid")
+    to draw, default all. `logx`: log-scale step axes. `smooth`: rolling window of the training loss
+    (None: automatic, 1: raw). A figure without data is skipped and listed in the report with the reason.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
