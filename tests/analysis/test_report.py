@@ -139,3 +139,11 @@ def test_one_colour_per_variant_in_every_figure(sweep):
         handles = fig.legends[0].legend_handles
         colors = {h.get_label(): h.get_color() for h in handles if h.get_label() in rs.colors}
         assert colors == {v: rs.colors[v] for v in ("ln, pre", "ln, post")}
+
+
+def test_figures_show_in_notebooks_without_pyplot(sweep):
+    rs = load_runs(sweep.path)
+    assert plot_grad_norm(rs)._repr_png_()[:8] == PNG
+    assert repr(rs).startswith(
+        "<RunSet: 5 runs (3 completed, 1 diverged, 1 invalid) in 3 variant(s) grouped by norm"
+    )

@@ -366,6 +366,14 @@ class RunSet:
     sources: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{n} {s}" for s, n in self.runs["status"].value_counts().items())
+        keys = ", ".join(short_names(self.group_keys).values()) or "nothing"
+        return (
+            f"<RunSet: {len(self.runs)} runs ({counts}) in {len(self.variants)} variant(s) grouped by {keys}; "
+            f"{len(self.metric_names())} metrics over {len(self.metrics)} rows — see .runs, .metrics, .long>"
+        )
+
     @property
     def long(self) -> pd.DataFrame:
         """Metrics in long form: columns run, step, metric, value (rows with a value only)."""

@@ -7,6 +7,7 @@ Lines are means over seeds, bands ± one standard deviation (ddof=1) where a var
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,8 +43,17 @@ class NoData(Exception):
 # ------------------------------------------------------------------------------------------- helpers
 
 
+class ReportFigure(Figure):
+    """A Figure that shows itself as a PNG in a notebook even when pyplot was never imported."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+
+
 def _figure(nrows: int = 1, ncols: int = 1, *, width: float = 10.0, height: float = 4.2, **kw: Any):
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = ReportFigure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     for ax in axes.flat:
         ax.grid(True, alpha=0.3, linewidth=0.6)
