@@ -60,6 +60,11 @@ def _figure(nrows: int = 1, ncols: int = 1, *, width: float = 10.0, height: floa
     return fig, axes
 
 
+def _family(layer_name: Callable[[int], str]) -> str:
+    """'act_rms/layer_i' from names.act_rms_layer: how messages name a per-layer metric family."""
+    return layer_name(987654321).replace("987654321", "i")
+
+
 def _variant_handles(rs: RunSet, variants: Sequence[str]) -> list[Line2D]:
     colors = rs.colors
     markers = rs.markers
@@ -386,7 +391,7 @@ def plot_grad_profile_init(rs: RunSet) -> Figure:
     cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
     step0 = rs.metrics[rs.metrics[names.STEP] == 0]
     if not cols or step0.empty:
-        raise NoData("no per-layer gradient norms (grad_norm/layer_i) at step 0")
+        raise NoData(f"no per-layer gradient norms ({_family(names.grad_norm_layer)}) at step 0")
     fig, axes = _figure(1, 1, width=9.5, height=4.6)
     ax = axes[0, 0]
     colors = rs.colors
@@ -442,7 +447,7 @@ def plot_grad_heatmap(rs: RunSet) -> Figure:
     cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
     variants = _variants_with(rs, list(cols.values()))
     if not variants:
-        raise NoData("no per-layer gradient norms (grad_norm/layer_i)")
+        raise NoData(f"no per-layer gradient norms ({_family(names.grad_norm_layer)})")
     mats = {v: _layer_means(rs, v, cols) for v in variants}
     mats = {v: m for v, m in mats.items() if not m.empty}
     allvals = np.concatenate([m.to_numpy(dtype=float).ravel() for m in mats.values()])
@@ -489,7 +494,7 @@ def plot_act_rms(rs: RunSet) -> Figure:
     cols = layer_columns(rs.metrics.columns, names.act_rms_layer)
     variants = _variants_with(rs, list(cols.values()))
     if not variants:
-        raise NoData("no residual-stream RMS metrics (act_rms/layer_i)")
+        raise NoData(f"no residual-stream RMS metrics ({_family(names.act_rms_layer)})")
     fig, axes = _figure(1, 2, width=12.5, height=4.6, sharey=True)
     ax0, ax1 = axes[0]
     colors = rs.colors
@@ -547,7 +552,7 @@ def _per_layer_over_training(
     cols = layer_columns(rs.metrics.columns, layer_name)
     variants = _variants_with(rs, list(cols.values()))
     if not variants:
-        raise NoData(f"no {what} metrics ({layer_name(0).replace('0', 'i')})")
+        raise NoData(f"no {what} metrics ({_family(layer_name)})")
     n_layers = max(cols) + 1
     cmap = colormaps["viridis"]
     cnorm = Normalize(vmin=0, vmax=max(n_layers - 1, 1))
