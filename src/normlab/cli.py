@@ -44,7 +44,7 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
             cfg, run_dir, num_threads=threads_for_job(cfg.train.num_threads), group=sweep_group()
         ).execute()
     except UserError as e:
-        log.error("%s", e)
+        # one sentence on stderr; summary.json keeps it as `reason` (a console log line would repeat it)
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
