@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from normlab.analysis.load import RunSet, load_runs
 from normlab.analysis.plots import (
     NoData,
+    ReportFigure,
     plot_act_rms,
     plot_grad_heatmap,
     plot_grad_norm,
@@ -155,6 +156,11 @@ def fmt_series(s: pd.Series | Sequence[float], digits: int = 3) -> str:
     if v.empty:
         return "–"
     return fmt_mean_std(float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else None, digits)
+
+
+def per_seed(s: pd.Series | Sequence[float], digits: int = 2) -> str:
+    """The individual values, in seed order: '3.53, 3.50, 5.75'."""
+    return ", ".join(fmt(float(v), digits) for v in list(s)) or "–"
 
 
 def fmt_est(e: Estimate, digits: int = 3) -> str:
@@ -314,7 +320,7 @@ def draw_xiong_grad_profile(rs: RunSet, extras: Extras) -> Drawn:
         f"Gradient norm per block at initialisation, depth {lmax} (step 0, before any update)"
     )
     # gradient of the last block vs depth, log-log, one line per (init, placement)
-    fig2 = Figure(figsize=(8.5, 4.6), layout="constrained")
+    fig2 = ReportFigure(figsize=(8.5, 4.6), layout="constrained")
     ax = fig2.subplots()
     ax.grid(True, alpha=0.3, linewidth=0.6)
     colors = deep.colors
@@ -326,11 +332,13 @@ def draw_xiong_grad_profile(rs: RunSet, extras: Extras) -> Drawn:
         last = grp.assign(last=[g[-1] for g in grp["g"]]).groupby("depth")["last"]
         mean, std = last.mean(), last.std(ddof=1)
         color = colors.get(label, None)
+        marker = deep.markers.get(label, "o")
         ax.errorbar(
             mean.index,
             mean.to_numpy(),
             yerr=std.to_numpy(),
-            marker="o",
+            marker=marker,
+            mfc="white",
             ms=4,
             lw=1.6,
             capsize=2,
@@ -397,6 +405,7 @@ def evaluate_xiong_warmup(rs: RunSet, extras: Extras) -> Outcome:
                     "runs": len(runs),
                     "diverged": diverged_count(runs),
                     "final val loss": fmt_series(loss[(pl, w)]),
+                    "per run": per_seed(loss[(pl, w)]),
                 }
             )
     closed = 1 - gap1.value / gap0.value if gap0.value else math.nan
@@ -464,6 +473,7 @@ def evaluate_deepnet_model_update(rs: RunSet, extras: Extras) -> Outcome:
                 "runs": len(runs),
                 "diverged": diverged_count(runs),
                 "final val loss": fmt_series(loss[n]),
+                "per run": per_seed(loss[n]),
                 "model update at t_e": fmt_series([r[1] for r in rows], 2),
                 "model update at the end": fmt_series([r[2] for r in rows], 2),
                 "fraction reached by t_e": fmt_series(frac[n], 2),
@@ -626,6 +636,7 @@ def evaluate_rmsnorm_speed(rs: RunSet, extras: Extras) -> Outcome:
             "norm": n,
             "runs": len(runs),
             "final val loss": fmt_series(loss[n]),
+            "per run": per_seed(loss[n]),
             "sweep tokens/s": fmt_series(tps[n], 0),
         }
         if profile and n in profile.get("profile", {}):
@@ -661,7 +672,7 @@ def draw_rmsnorm_speed(rs: RunSet, extras: Extras) -> Drawn:
     out: Drawn = [("loss", "Training and validation loss, mean ± std over seeds.", plot_loss(g))]
     profile = extras.get("profile")
     if profile:
-        fig = Figure(figsize=(9.5, 3.8), layout="constrained")
+        fig = ReportFigure(figsize=(9.5, 3.8), layout="constrained")
         ax_t, ax_s = fig.subplots(1, 2)
         norms = profile["norms"]
         colors = [g.colors.get(n, f"C{i}") for i, n in enumerate(norms)]
@@ -682,6 +693,7 @@ def draw_rmsnorm_speed(rs: RunSet, extras: Extras) -> Drawn:
             ax_s.text(
                 i, share_f[i] + share_b[i], f"{share_f[i] + share_b[i]:.1f} %", ha="center", va="bottom"
             )
+        ax_s.set_ylim(0, 1.18 * max(f + b for f, b in zip(share_f, share_b, strict=True)))
         ax_s.set_ylabel("% of the training step in norm modules")
         ax_s.set_title("torch.profiler: time in normalization", fontsize=10)
         ax_s.legend(frameon=False, fontsize=9)
@@ -714,6 +726,7 @@ def evaluate_batchnorm_batch_size(rs: RunSet, extras: Extras) -> Outcome:
                     "runs": len(runs),
                     "diverged": diverged_count(runs),
                     "final val loss": fmt_series(lb[n]),
+                    "per run": per_seed(lb[n]),
                     "final train loss": fmt_series(tr[n]),
                 }
             )
@@ -880,7 +893,7 @@ def draw_wortsman_lr_sensitivity(rs: RunSet, extras: Extras) -> Drawn:
     cells = sorted({(d, w) for d, w in zip(df["depth"], df["warmup"], strict=True)})
     ncols = min(len(cells), 4)
     nrows = math.ceil(len(cells) / ncols)
-    fig = Figure(figsize=(3.4 * ncols + 1.6, 3.2 * nrows + 0.7), layout="constrained")
+    fig = ReportFigure(figsize=(3.4 * ncols + 1.6, 3.2 * nrows + 0.7), layout="constrained")
     axes = np.atleast_1d(fig.subplots(nrows, ncols, sharey=True, squeeze=False)).ravel()
     g = group_labels(rs, ["placement"])
     colors = g.colors
@@ -893,8 +906,9 @@ def draw_wortsman_lr_sensitivity(rs: RunSet, extras: Extras) -> Drawn:
                 stats.index,
                 stats["mean"],
                 yerr=stats["std"],
-                marker="o",
-                ms=4,
+                marker=g.markers.get(pl, "o"),
+                mfc="white",
+                ms=5,
                 capsize=2,
                 lw=1.5,
                 color=color,

@@ -223,8 +223,16 @@ def run(
     preset: str | None = PRESET,
     config_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Both measurements for two norm types on the preset's model; a JSON-able dict."""
+    """Both measurements for two norm types on the preset's model, single-threaded; a JSON-able dict."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        return _run(overrides, norms, blocks, steps_per_block, profile_steps, preset, config_dir)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(overrides, norms, blocks, steps_per_block, profile_steps, preset, config_dir) -> dict[str, Any]:
     if len(norms) != 2:
         raise ValueError(f"profile_norm compares two norm types, got {list(norms)}")
     trainers, corpus, cfgs = {}, None, {}

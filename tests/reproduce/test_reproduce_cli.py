@@ -1,0 +1,84 @@
+"""scripts/reproduce.py end to end on a tiny preset sweep, --from-existing, name resolution, profile_norm."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from normlab.analysis import profile_norm
+from normlab.analysis.findings import CORE
+from normlab.analysis.reproduce import REPORT_FILE, main, resolve_names
+from normlab.analysis.verdicts import VERDICTS
+
+
+def test_reproduce_runs_the_preset_and_writes_the_report(tiny_reproduction):
+    out = tiny_reproduction
+    runs = [d for d in (out / "sweeps" / "xiong_warmup").iterdir() if (d / "summary.json").is_file()]
+    assert len(runs) == 8  # 2 placements × 2 warmups × 2 seeds, launched by joblib
+    assert all(json.loads((d / "summary.json").read_text())["status"] == "completed" for d in runs)
+    timings = json.loads((out / "timings.json").read_text())
+    record = timings["findings"]["xiong_warmup"]
+    assert record["rc"] == 0 and record["wall_s"] > 0 and record["machine"]["cores"] >= 1
+    assert record["command"].startswith("python train.py -m +experiment=xiong_warmup")
+    report = (out / REPORT_FILE).read_text()
+    assert "## 2. Warmup and Post-LN" in report
+    assert "**Claim.**" in report and "**Source.** Xiong et al. 2020" in report
+    assert any(f"**Verdict: {v}**" in report for v in VERDICTS)
+    assert "**Checks.**" in report and "## How verdicts are decided" in report
+    assert "Machine:" in report and "wall time" in report
+    for png in ("xiong_warmup_loss.png", "xiong_warmup_grid.png"):
+        assert f"({png})" in report
+        assert 0 < (out / png).stat().st_size < 300_000
+
+
+def test_from_existing_rebuilds_the_report_without_training(tiny_reproduction, tmp_path, capsys):
+    sweep = tiny_reproduction / "sweeps" / "xiong_warmup"
+    before = {p: p.stat().st_mtime for p in sweep.rglob("summary.json")}
+    rc = main(["--from-existing", "--out", str(tiny_reproduction), "--report-dir", str(tmp_path)])
+    assert rc == 0
+    assert {p: p.stat().st_mtime for p in sweep.rglob("summary.json")} == before
+    rebuilt = (tmp_path / REPORT_FILE).read_text()
+    original = (tiny_reproduction / REPORT_FILE).read_text()
+    verdict = next(line for line in original.splitlines() if line.startswith("**Verdict:"))
+    assert verdict in rebuilt
+    assert "rebuilt from existing sweeps" in rebuilt
+    assert (tmp_path / "xiong_warmup_loss.png").is_file()
+    assert "xiong_warmup:" in capsys.readouterr().out
+
+
+def test_from_existing_without_sweeps_fails_clearly(tmp_path, capsys):
+    assert main(["--from-existing", "--out", str(tmp_path)]) == 2
+    assert "no sweeps" in capsys.readouterr().err
+
+
+def test_resolve_names():
+    assert resolve_names([], core=True) == list(CORE)
+    assert resolve_names(["7", "xiong_warmup"], core=False) == ["xiong_warmup", "wortsman_lr_sensitivity"]
+    assert len(resolve_names([], core=False)) == 8
+    with pytest.raises(SystemExit, match="unknown finding"):
+        resolve_names(["nope"], core=False)
+
+
+def test_list(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "1. xiong_grad_profile (core)" in out and "8. takase_embed_scale" in out
+
+
+def test_profile_norm_measures_both_norms(tiny):
+    result = profile_norm.run(
+        [o for o in tiny if not o.startswith("train.max_steps")], blocks=2, steps_per_block=2, profile_steps=2
+    )
+    assert result["norms"] == ["ln", "rms"] and result["threads"] == 1
+    assert len(result["timing"]["log_ratio"]) == 2 and math.isfinite(result["timing"]["log_ratio_mean"])
+    for norm in ("ln", "rms"):
+        p = result["profile"][norm]
+        assert p["norm_calls_per_step"] == 2 * 2 + 1  # depth 2, Pre-LN: 2 per block + the final norm
+        assert 0 < p["norm_forward_ms"] < p["step_ms"]
+        assert 0 < p["norm_backward_ms"] < p["step_ms"]  # backward nodes found by sequence number
+        assert 0 < p["norm_share"] < 1
+        assert 0 < result["flops"][norm]["norm_flop_share"] < 0.5
+    json.dumps(result)  # stored next to the sweep as JSON
+    assert len(profile_norm.summary_lines(result)) == 3
