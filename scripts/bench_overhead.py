@@ -1,7 +1,7 @@
 """Cost of the instrumentation: training steps/s with metrics on vs off, in one process.
 
-    python scripts/bench_overhead.py                      # norm=ln placement=pre depth=6, model=small
-    python scripts/bench_overhead.py --blocks 4 --block-steps 10 model=tiny depth=2   # a quick look
+    python scripts/bench_overhead.py                                 # norm=ln placement=pre depth=6
+    python scripts/bench_overhead.py --steps 40 model=tiny depth=2   # a quick look
 
 Two trainers with the same config and the same initial weights train side by side: "on" is the default
 `metrics` config (per-layer and per-sublayer gradient norms every step, the instrumented steps every
@@ -9,13 +9,17 @@ Two trainers with the same config and the same initial weights train side by sid
 with its forensics history); "off" is `metrics.enabled=false` (loss, global grad norm, clipping) with
 no spike detection. Both write metrics.jsonl to a temporary directory; W&B is not involved.
 
-Timing runs in blocks of `--block-steps` steps (a multiple of metrics.every, so every "on" block holds
-its share of instrumented steps), alternating on/off and swapping the order every block (ABBA), so slow
-drifts in machine speed (thermal, other processes) hit both sides equally. Tokens are random ids: the
-compute per step is the same as on real text. Prints per-block times and the overhead ratio.
+The sides alternate step by step, swapping which goes first at every step (on-off, off-on, …), so both
+see the same machine: a burst of load from another process lands on an on-step and its neighbouring
+off-step alike. Each step is timed in wall time. Reported:
+- the plain ratio of total wall time, on / off (steps/s off / steps/s on);
+- a robust ratio for shared machines, from paired differences: each on-step minus the off-step run
+  next to it (which shares its machine state), the median difference per kind of on-step (plain,
+  instrumented, histogram) weighted by how often that kind occurs, over the median off-step time:
+  1 + Σ share(kind) · median(on − off | kind) / median(off). Medians ignore the bursts that make
+  plain sums noisy.
+Tokens are random ids: the compute per step is the same as on real text.
 """
-
-from __future__ import annotations
 
 import argparse
 import json
@@ -45,8 +49,7 @@ DEFAULT_OVERRIDES = ["norm=ln", "placement=pre", "depth=6", "logger=none"]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--blocks", type=int, default=8, help="timed blocks per side (default 8)")
-    p.add_argument("--block-steps", type=int, default=20, help="steps per block (default 20)")
+    p.add_argument("--steps", type=int, default=200, help="timed steps per side (default 200)")
     p.add_argument("--warmup-steps", type=int, default=10, help="untimed steps per side first (default 10)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -54,10 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def compose_cfg(overrides: list[str]) -> dict[str, Any]:
+def compose_cfg(overrides: list[str]) -> Any:
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("config", overrides=[*DEFAULT_OVERRIDES, *overrides])
-    return cfg
+        return compose("config", overrides=[*DEFAULT_OVERRIDES, *overrides])
 
 
 def make_trainer(cfg: Any, tokens: np.ndarray, metrics_on: bool, out_dir: Path) -> Trainer:
@@ -87,7 +89,8 @@ def make_trainer(cfg: Any, tokens: np.ndarray, metrics_on: bool, out_dir: Path) 
     )
 
 
-def run_block(trainer: Trainer, sink: JsonlSink, steps: int) -> float:
+def run_steps(trainer: Trainer, sink: JsonlSink, steps: int) -> float:
+    """Wall seconds for `steps` training steps (rows flushed at the end, as a pause of `fit` does)."""
     start = time.perf_counter()
     result = trainer.fit(sink.log, on_checkpoint=lambda: None, stop_at=trainer.step + steps)
     elapsed = time.perf_counter() - start
@@ -96,16 +99,29 @@ def run_block(trainer: Trainer, sink: JsonlSink, steps: int) -> float:
     return elapsed
 
 
+def step_kind(step: int, metrics: Any) -> str:
+    """What the "on" side does at this step: plain, instrumented, or instrumented with histograms."""
+    every, hist = metrics.every, metrics.histogram_every
+    if hist and step % (max(every, 1) * hist) == 0:
+        return "histogram"
+    if step == 0 or (every and step % every == 0):
+        return "instrumented"
+    return "plain"
+
+
+def robust_ratio(extra: dict[str, list[float]], off: list[float]) -> float:
+    """1 + Σ_kind share(kind) · median(on − off differences of that kind) / median(off-steps)."""
+    n = sum(len(v) for v in extra.values())
+    expected_extra = sum(len(v) / n * statistics.median(v) for v in extra.values() if v)
+    return 1 + expected_extra / statistics.median(off)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = compose_cfg(args.overrides)
-    every = cfg.metrics.every
-    if every and args.block_steps % every:
-        raise SystemExit(f"--block-steps={args.block_steps} must be a multiple of metrics.every={every}")
-    vocab = cfg.model.vocab_size
-    tokens = np.random.default_rng(0).integers(0, vocab, 2_000_000).astype(np.uint16)
+    tokens = np.random.default_rng(0).integers(0, cfg.model.vocab_size, 2_000_000).astype(np.uint16)
     with tempfile.TemporaryDirectory() as tmp:
         sides = {}
         for name, on in (("on", True), ("off", False)):
@@ -113,41 +129,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             out.mkdir()
             sides[name] = (make_trainer(cfg, tokens, on, out), JsonlSink(out / "metrics.jsonl"))
         for trainer, sink in sides.values():
-            run_block(trainer, sink, args.warmup_steps)
-        times: dict[str, list[float]] = {"on": [], "off": []}
-        for b in range(args.blocks):
-            order = ("on", "off") if b % 2 == 0 else ("off", "on")
-            for name in order:
-                times[name].append(run_block(*sides[name], args.block_steps))
-            print(
-                f"block {b + 1}/{args.blocks}: on {times['on'][-1]:.2f} s, off {times['off'][-1]:.2f} s "
-                f"({args.block_steps} steps each)",
-                flush=True,
-            )
+            run_steps(trainer, sink, args.warmup_steps)
+        extra_by_kind: dict[str, list[float]] = {"plain": [], "instrumented": [], "histogram": []}
+        on_all: list[float] = []
+        off_all: list[float] = []
+        for k in range(args.steps):
+            kind = step_kind(sides["on"][0].step, cfg.metrics)
+            for name in ("on", "off") if k % 2 == 0 else ("off", "on"):
+                elapsed = run_steps(*sides[name], 1)
+                (on_all if name == "on" else off_all).append(elapsed)
+            extra_by_kind[kind].append(on_all[-1] - off_all[-1])
+            if (k + 1) % 20 == 0:
+                print(
+                    f"{k + 1}/{args.steps} steps per side: on {sum(on_all):.1f} s, off {sum(off_all):.1f} s",
+                    flush=True,
+                )
         for _, sink in sides.values():
             sink.close()
-    steps = args.blocks * args.block_steps
-    on_sps, off_sps = steps / sum(times["on"]), steps / sum(times["off"])
-    paired = [on / off for on, off in zip(times["on"], times["off"], strict=True)]
+    medians = {kind: statistics.median(v) for kind, v in extra_by_kind.items() if v}
     result = {
         "config": " ".join([*DEFAULT_OVERRIDES, *args.overrides]),
         "threads": torch.get_num_threads(),
-        "steps_per_side": steps,
-        "steps_per_s_on": on_sps,
-        "steps_per_s_off": off_sps,
-        "time_ratio_on_over_off": off_sps / on_sps,
-        "overhead_pct": 100 * (off_sps / on_sps - 1),
-        "median_block_ratio": statistics.median(paired),
-        "block_times_on": times["on"],
-        "block_times_off": times["off"],
+        "steps_per_side": args.steps,
+        "steps_per_s_on": args.steps / sum(on_all),
+        "steps_per_s_off": args.steps / sum(off_all),
+        "wall_ratio": sum(on_all) / sum(off_all),
+        "robust_ratio": robust_ratio(extra_by_kind, off_all),
+        "median_step_s_off": statistics.median(off_all),
+        "median_extra_s_on": medians,
+        "on_steps_by_kind": {kind: len(v) for kind, v in extra_by_kind.items()},
+        "step_s_on": on_all,
+        "step_s_off": off_all,
     }
     print(
-        f"metrics on: {on_sps:.3f} steps/s, off: {off_sps:.3f} steps/s "
-        f"({steps} steps each, {result['threads']} threads, {result['config']})"
+        f"metrics on: {result['steps_per_s_on']:.3f} steps/s, off: {result['steps_per_s_off']:.3f} steps/s "
+        f"({args.steps} steps each side, {result['threads']} threads, {result['config']})"
     )
+    off_med = result["median_step_s_off"]
+    kinds = ", ".join(f"{kind} {1000 * m:+.1f} ms ×{len(extra_by_kind[kind])}" for kind, m in medians.items())
+    print(f"median off-step {1000 * off_med:.1f} ms; median extra time of an on-step: {kinds}")
     print(
-        f"ratio (time on / time off): {result['time_ratio_on_over_off']:.4f} -> overhead "
-        f"{result['overhead_pct']:+.2f}% (median of block ratios {result['median_block_ratio']:.4f})"
+        f"ratio (time on / time off): {result['wall_ratio']:.4f} ({100 * (result['wall_ratio'] - 1):+.2f}%) "
+        f"from total wall time; robust {result['robust_ratio']:.4f} "
+        f"({100 * (result['robust_ratio'] - 1):+.2f}%) from paired per-kind medians"
     )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -12,8 +12,7 @@ def test_overhead_script_runs_and_reports_the_ratio(repo_root, tmp_path):
     cmd = [
         sys.executable,
         "scripts/bench_overhead.py",
-        "--blocks=2",
-        "--block-steps=10",
+        "--steps=12",
         "--warmup-steps=1",
         f"--json={out}",
         "model=tiny",
@@ -26,5 +25,8 @@ def test_overhead_script_runs_and_reports_the_ratio(repo_root, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ratio (time on / time off)" in proc.stdout
     result = json.loads(out.read_text())
-    assert result["steps_per_side"] == 20 and result["steps_per_s_on"] > 0 and result["steps_per_s_off"] > 0
-    assert len(result["block_times_on"]) == len(result["block_times_off"]) == 2
+    assert result["steps_per_side"] == 12 and result["steps_per_s_on"] > 0 and result["steps_per_s_off"] > 0
+    assert len(result["step_s_on"]) == len(result["step_s_off"]) == 12
+    # steps 1..12 after one warm-up step: step 10 is the one instrumented step
+    assert result["on_steps_by_kind"] == {"plain": 11, "instrumented": 1, "histogram": 0}
+    assert result["wall_ratio"] > 0 and result["robust_ratio"] > 0
