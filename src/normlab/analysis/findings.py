@@ -504,7 +504,8 @@ def draw_deepnet_model_update(rs: RunSet, extras: Extras) -> Drawn:
     return [
         (
             "model_update",
-            "DeepNet's model update on a fixed probe batch, mean ± std over seeds.",
+            "DeepNet's model update on a fixed probe batch, mean ± std over seeds (both variants use post "
+            "placement: 'ln' is Post-LN, 'deepnorm' is DeepNorm).",
             plot_model_update(g),
         ),
         ("loss", "Training and validation loss, mean ± std over seeds.", plot_loss(g)),
@@ -884,7 +885,12 @@ def evaluate_wortsman_lr_sensitivity(rs: RunSet, extras: Extras) -> Outcome:
             }
         )
     lrs = ", ".join(f"{v:g}" for v in sorted(df["lr"].unique()))
-    notes = [f"Learning-rate grid: {lrs}; loss₀ (step-0 val loss, mean over runs) = {l0:.3f} nats."]
+    notes = [
+        f"Learning-rate grid: {lrs}; loss₀ (step-0 val loss, mean over runs) = {l0:.3f} nats.",
+        "Sensitivity is measured against each configuration's own best loss (loss*), as Wortsman et al. "
+        "define it: a configuration that trains poorly at every learning rate scores as insensitive, so "
+        "read it together with the best losses in the table.",
+    ]
     return Outcome.of(checks, table=table, notes=notes)
 
 
