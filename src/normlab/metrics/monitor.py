@@ -54,6 +54,11 @@ def suspect_layer(history: list[dict[str, Any]], n_layers: int) -> dict[str, Any
 
 
 class Monitor:
+    """Spike detectors for loss and grad_norm, the divergence rule, and the forensics history of one run.
+
+    `out_dir` None keeps everything in memory (no report files, no data states recorded).
+    """
+
     def __init__(
         self,
         spikes: SpikeConfig | None = None,

@@ -108,6 +108,17 @@ def to_wandb(row: Mapping[str, Any], wandb: Any) -> dict[str, Any]:
     }
 
 
+def announce(run: Any, credentials: bool) -> None:
+    """The one line a user needs: where an online run is, or how to upload an offline one."""
+    settings = getattr(run, "settings", None)
+    if getattr(settings, "mode", None) == "offline":
+        why = "" if credentials else " (no W&B credentials found)"
+        where = getattr(settings, "sync_dir", None) or "RUN_DIR/wandb/offline-run-*"
+        log.info("W&B offline%s; upload later with: wandb sync %s", why, where)
+    else:
+        log.info("W&B run: %s", getattr(run, "url", None))
+
+
 class WandbSink:
     """One W&B run: `log(row)` per metrics row, `finish(summary)` once, however the run ended."""
 
@@ -146,11 +157,7 @@ class WandbSink:
         if run is None:
             log.warning("W&B off for this run; metrics.jsonl has everything.")
             return None
-        if run.settings.mode == "offline" or getattr(run, "offline", False):
-            why = "" if has_credentials(base_url) else " (no W&B credentials found)"
-            log.info("W&B offline%s; upload later with: wandb sync %s", why, run.settings.sync_dir)
-        else:
-            log.info("W&B run: %s", run.url)
+        announce(run, has_credentials(base_url))
         return cls(run, wandb)
 
     @staticmethod
