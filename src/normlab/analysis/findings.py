@@ -952,6 +952,17 @@ def _early_ratio(rs: RunSet, run: str, depth: int, max_steps: int) -> float:
     return float(np.log(first.mean() / last.mean()))
 
 
+def spike_count(rs: RunSet, run: str, flag: str) -> float:
+    """Steps flagged as spikes in metrics.jsonl (spike/loss or spike/grad_norm); for loss spikes without
+    flags, summary.json's spike_steps."""
+    flags = run_metric(rs, run, flag)
+    if not flags.empty:
+        return float((flags > 0).sum())
+    if flag == names.SPIKE_LOSS:
+        return float(len(rs.runs.at[run, "spike_steps"] or []))
+    return 0.0
+
+
 def evaluate_takase_embed_scale(rs: RunSet, extras: Extras) -> Outcome:
     need(rs, "embed_scale", ["1.0", "sqrt_d"])
     ratio, spikes, table = {}, {}, []
@@ -960,13 +971,8 @@ def evaluate_takase_embed_scale(rs: RunSet, extras: Extras) -> Outcome:
         ratio[scale] = [
             _early_ratio(rs, run, int(r["depth"]), int(r["train.max_steps"])) for run, r in runs.iterrows()
         ]
-        col = "n_loss_spikes" if "n_loss_spikes" in runs.columns else "n_spikes"
-        spikes[scale] = pd.to_numeric(runs[col], errors="coerce").fillna(0).tolist()
-        grad_spikes = (
-            pd.to_numeric(runs["n_grad_norm_spikes"], errors="coerce").fillna(0).tolist()
-            if "n_grad_norm_spikes" in runs.columns
-            else []
-        )
+        spikes[scale] = [spike_count(rs, run, names.SPIKE_LOSS) for run in runs.index]
+        grad_spikes = [spike_count(rs, run, names.SPIKE_GRAD_NORM) for run in runs.index]
         table.append(
             {
                 "embed_scale": scale,
@@ -975,7 +981,7 @@ def evaluate_takase_embed_scale(rs: RunSet, extras: Extras) -> Outcome:
                 "final val loss": fmt_series(loss_of(rs, embed_scale=scale)),
                 "log(‖g_block0‖ / ‖g_last‖), first 20 %": fmt_series(ratio[scale], 2),
                 "loss spikes per run": fmt_series(spikes[scale], 1),
-                "grad-norm spikes per run": fmt_series(grad_spikes, 1) if grad_spikes else "–",
+                "grad-norm spikes per run": fmt_series(grad_spikes, 1),
             }
         )
     checks = [
@@ -1019,6 +1025,12 @@ class Finding:
     evaluate: Callable[[RunSet, Extras], Outcome]
     draw: Callable[[RunSet, Extras], Drawn]
     extras: tuple[str, ...] = field(default=())  # extra measurements run after the sweep ("profile")
+
+    @property
+    def cite(self) -> str:
+        """The source in a few words: 'Xiong et al. 2020'."""
+        head = self.source.split(",")[0].split(" (")[0]
+        return head.replace("*", "").strip().rstrip(".")
 
     def __repr__(self) -> str:
         return f"<Finding {self.number}: {self.name}>"

@@ -357,7 +357,7 @@ def build_report(
             [
                 f"[{finding.number}](#{finding.number}-{_anchor(finding.title)})",
                 finding.title + (" (core)" if finding.core else ""),
-                finding.source.split(",")[0].replace("*", ""),
+                finding.cite,
                 f"**{outcome.verdict}**",
                 outcome.parts,
                 fmt_duration(record.get("wall_s")) if record else "–",
@@ -371,9 +371,12 @@ def build_report(
         lines.append("Produced by:")
         lines.append("")
         for s in sessions:
+            current = [n for n in s["names"] if timings["findings"].get(n, {}).get("session") == s["started"]]
+            what = ", ".join(current) if current else "all re-run later; superseded"
+            if current and len(current) < len(s["names"]):
+                what += " (the others were re-run later)"
             lines.append(
-                f"- `{s['command']}` — {', '.join(s['names'])}: wall time {fmt_duration(s['wall_s'])}, started "
-                f"{s['started']}."
+                f"- `{s['command']}` — {what}: wall time {fmt_duration(s['wall_s'])}, started {s['started']}."
             )
         lines.append("")
     if machines:
@@ -500,6 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finding = FINDINGS[name]
         print(f"[{i}/{len(names)}] {finding.number}. {finding.title} ({name})", flush=True)
         record = run_preset(finding, out, args.override, args.profile_blocks)
+        record["session"] = started.isoformat(timespec="seconds")
         timings["findings"][name] = record
         save_timings(out, timings)
         print(f"    done in {fmt_duration(record['wall_s'])}", flush=True)
