@@ -9,7 +9,7 @@ LOSS = "loss"  # training cross-entropy (nats/token) of this step's batch, mean 
 LR = "lr"  # learning rate used for this step's update
 GRAD_NORM = "grad_norm"  # global L2 norm of all gradients, before clipping
 CLIPPED = "clipped"  # 1 if gradient clipping scaled this step's gradients, else 0
-TOKENS_PER_S = "tokens_per_s"  # training tokens processed per second of wall time for this step
+TOKENS_PER_S = "tokens_per_s"  # training tokens per second of wall time, over the train.flush_every steps flushed with this row
 VAL_LOSS = "val_loss"  # validation cross-entropy (nats/token), on evaluation rows only
 VAL_PPL = "val_ppl"  # exp(val_loss), on evaluation rows only
 
