@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from bench_overhead import DEFAULT_OVERRIDES, compose_cfg, make_trainer, run_block
+from bench_overhead import DEFAULT_OVERRIDES, compose_cfg, make_trainer, run_steps
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -89,14 +89,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         ours, sink = make_trainer(cfg, tokens, True, Path(tmp)), JsonlSink(Path(tmp) / "metrics.jsonl")
         minimal = MinimalLoop(cfg, tokens)
-        run_block(ours, sink, 10)  # warm up both (allocator, first-call costs)
+        run_steps(ours, sink, 10)  # warm up both (allocator, first-call costs)
         minimal.run(10)
         times: dict[str, list[float]] = {"normlab": [], "minimal": []}
         for b in range(args.blocks):
             order = ("normlab", "minimal") if b % 2 == 0 else ("minimal", "normlab")
             for side in order:
                 t = (
-                    run_block(ours, sink, args.block_steps)
+                    run_steps(ours, sink, args.block_steps)
                     if side == "normlab"
                     else minimal.run(args.block_steps)
                 )
