@@ -59,20 +59,7 @@ NON_VARIANT_PREFIXES = ("logger", "hydra")
 # Groups whose chosen value is shown bare in variant labels ("ln, pre" rather than "norm=ln, placement=pre").
 BARE_LABEL_KEYS = ("norm.name", "placement.name")
 
-SUMMARY_FIELDS = (
-    "status",
-    "steps",
-    "final_train_loss",
-    "final_val_loss",
-    "best_val_loss",
-    "n_spikes",
-    "spike_steps",
-    "diverged_at",
-    "tokens_per_s",
-    "n_params",
-    "reason",
-    "wall_time_s",
-)
+SUMMARY_FIELDS = names.SUMMARY_FIELDS
 # summary.json fields that mirror config keys: used when .hydra/config.yaml is missing.
 SUMMARY_TO_CONFIG = {
     "norm": "norm.name",

@@ -70,3 +70,23 @@ SPIKE_SERIES = {LOSS: SPIKE_LOSS, GRAD_NORM: SPIKE_GRAD_NORM}
 def grad_hist_layer(i: int) -> str:
     """Histogram of block i's gradient entries, before clipping (W&B only, not in metrics.jsonl)."""
     return f"grad_hist/layer_{i}"
+
+
+# summary.json: the outcome fields every run's summary carries (README "What a run writes"), besides the
+# config echoes (norm, placement, depth, warmup_steps, seed, name, formula).
+SUMMARY_FIELDS = (
+    "status",
+    "steps",
+    "final_train_loss",
+    "final_val_loss",
+    "best_val_loss",
+    "n_spikes",
+    "spike_steps",
+    "n_loss_spikes",
+    "n_grad_norm_spikes",
+    "diverged_at",
+    "tokens_per_s",
+    "n_params",
+    "reason",
+    "wall_time_s",
+)

@@ -23,18 +23,6 @@ log = logging.getLogger("normlab")
 MODES = ("auto", "online", "offline", "disabled")
 # config groups whose choice is named by their `name` key: logged as `norm: ln` so W&B can group by it
 NAMED_GROUPS = ("norm", "placement", "schedule", "data", "logger")
-# summary.json fields copied into the W&B run summary
-SUMMARY_FIELDS = (
-    "status",
-    "steps",
-    "final_train_loss",
-    "final_val_loss",
-    "best_val_loss",
-    "n_spikes",
-    "diverged_at",
-    "tokens_per_s",
-    "n_params",
-)
 
 
 def has_credentials(base_url: str, env: Mapping[str, str] = os.environ) -> bool:
@@ -202,8 +190,8 @@ class WandbSink:
         if self.run is None:
             return
         try:
-            for key in SUMMARY_FIELDS:
-                if summary.get(key) is not None:
+            for key in names.SUMMARY_FIELDS:
+                if summary.get(key) is not None and not isinstance(summary[key], list):
                     self.run.summary[key] = summary[key]
         except Exception as e:
             log.warning("W&B summary failed (%s: %s)", type(e).__name__, e)
