@@ -385,6 +385,18 @@ def plot_grad_norm(rs: RunSet, *, logx: bool = False, smooth: int | None = None)
     return fig
 
 
+def _profile_line(
+    ax: Any, layers: list[int], mean: np.ndarray, std: np.ndarray, color: Any, marker: str
+) -> None:
+    """One variant's per-layer profile: the mean with hollow markers, and a ± std band where std is known
+    (floored at 5 % of the mean so a log axis never sees values ≤ 0)."""
+    ax.plot(layers, mean, color=color, marker=marker, ms=7, mfc="none", mew=1.5, lw=1.6)
+    if np.isfinite(std).any():
+        ax.fill_between(
+            layers, np.maximum(mean - std, mean * 0.05), mean + std, color=color, alpha=BAND_ALPHA, lw=0
+        )
+
+
 def plot_grad_profile_init(rs: RunSet) -> Figure:
     """Per-layer gradient norm at step 0 (before any update) vs block index, one line per variant
     (Xiong et al. 2020, Fig. 3)."""
@@ -411,26 +423,7 @@ def plot_grad_profile_init(rs: RunSet) -> Figure:
         if not layers:
             continue
         shown.append(variant)
-        means_a, stds_a = np.array(means), np.array(stds)
-        ax.plot(
-            layers,
-            means_a,
-            color=colors[variant],
-            marker=rs.markers[variant],
-            ms=7,
-            mfc="none",
-            mew=1.5,
-            lw=1.6,
-        )
-        if np.isfinite(stds_a).any():
-            ax.fill_between(
-                layers,
-                np.maximum(means_a - stds_a, means_a * 0.05),
-                means_a + stds_a,
-                color=colors[variant],
-                alpha=BAND_ALPHA,
-                lw=0,
-            )
+        _profile_line(ax, layers, np.array(means), np.array(stds), colors[variant], rs.markers[variant])
     if not shown:
         raise NoData("no finite per-layer gradient norms at step 0")
     _log_y(ax)
@@ -514,25 +507,7 @@ def plot_act_rms(rs: RunSet) -> Figure:
             layers = list(cols)
             mean = rows[list(cols.values())].mean().to_numpy(dtype=float)
             std = rows[list(cols.values())].std(ddof=1).to_numpy(dtype=float)
-            ax.plot(
-                layers,
-                mean,
-                color=colors[variant],
-                marker=rs.markers[variant],
-                ms=7,
-                mfc="none",
-                mew=1.5,
-                lw=1.6,
-            )
-            if len(rows) > 1:
-                ax.fill_between(
-                    layers,
-                    np.maximum(mean - std, mean * 0.05),
-                    mean + std,
-                    color=colors[variant],
-                    alpha=BAND_ALPHA,
-                    lw=0,
-                )
+            _profile_line(ax, layers, mean, std, colors[variant], rs.markers[variant])
     ax0.set_title("at initialisation (step 0)", fontsize=10)
     end_note = f"step {next(iter(last_steps))}" if len(last_steps) == 1 else "each run's last logged step"
     ax1.set_title(f"at the end ({end_note})", fontsize=10)
