@@ -103,6 +103,8 @@ def test_constants_carry_no_noise_and_combinations_use_welch_satterthwaite():
         (0.2, 0.1, 1, 0.0, INCONCLUSIVE),  # z = 2 but 1 degree of freedom: t₀.₉₅ = 6.3
         (0.0, 0.01, 4, 0.1, NOT_REPRODUCED),  # no effect, and the test could see one of size 0.1
         (0.0, 0.2, 4, 0.1, INCONCLUSIVE),  # no effect, but too noisy to rule out 0.1
+        (0.05, 0.005, 4, 0.1, NOT_REPRODUCED),  # a real effect, but shown smaller than the margin
+        (0.15, 0.02, 4, 0.1, REPRODUCED),  # positive, and not shown below the margin
         (1.0, 0.0, 4, 0.0, INCONCLUSIVE),  # seeds that agree exactly: no noise estimate
         (1.0, math.nan, math.nan, 0.0, INCONCLUSIVE),  # a single seed
     ],

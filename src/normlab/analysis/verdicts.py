@@ -12,9 +12,9 @@ interval [lo, hi], so every decision can be read off the interval:
 
 - **directional claim** (`check`, "A is larger than B"), with a stated *margin* δ ≥ 0 — the smallest
   effect that would count as the claimed one:
-  reproduced when lo > 0 (the effect is positive at level ALPHA); not reproduced when hi < δ (the
-  effect, if any, is smaller than δ at level ALPHA: this includes a clear effect the other way);
-  inconclusive otherwise.
+  not reproduced when hi < δ (the effect, if any, is smaller than δ at level ALPHA: this includes a
+  clear effect the other way, and a real effect too small to be the claimed one); otherwise reproduced
+  when lo > 0 (the effect is positive at level ALPHA); inconclusive otherwise.
 - **equality claim** (`equivalence_check`, "A matches B within m"), two one-sided tests (TOST) against
   the stated margin m: reproduced when −m < lo and hi < m; not reproduced when lo > m or hi < −m (the
   difference exceeds the margin at level ALPHA); inconclusive otherwise.
@@ -53,8 +53,9 @@ RULE = (
     f"groups. Tables show the estimate and its two-sided {100 * CONFIDENCE:.0f} % confidence interval "
     "[lo, hi], from which each verdict can be read. A *directional* claim (signed so that positive is "
     "the claimed direction, with a stated margin δ ≥ 0, the smallest effect that would count) is "
-    "*reproduced* when lo > 0 and *not reproduced* when hi < δ (the effect, if any, is smaller than δ — "
-    "which includes a clear effect the other way). An *equality* claim is tested by two one-sided tests "
+    "*not reproduced* when hi < δ (the effect, if any, is smaller than δ — which includes a clear effect "
+    "the other way, and a real effect too small to be the claimed one), otherwise *reproduced* when "
+    "lo > 0. An *equality* claim is tested by two one-sided tests "
     "against its stated margin m: *reproduced* when −m < lo and hi < m, *not reproduced* when lo > m or "
     "hi < −m. Anything else — and a check without a noise estimate (a single seed, or seeds that agree "
     "exactly) — is *inconclusive*. A finding is *reproduced* when all its counted checks are (so a "
@@ -247,10 +248,10 @@ def classify(est: Estimate, margin: float = 0.0, alpha: float = ALPHA) -> str:
     if not est.has_noise:
         return INCONCLUSIVE
     lo, hi = est.interval(alpha)
+    if hi < margin:  # first: an effect shown to be smaller than the margin is not the claimed one
+        return NOT_REPRODUCED
     if lo > 0:
         return REPRODUCED
-    if hi < margin:
-        return NOT_REPRODUCED
     return INCONCLUSIVE
 
 
