@@ -9,7 +9,8 @@ import pytest
 
 from normlab.analysis import profile_norm
 from normlab.analysis.findings import CORE, FINDINGS
-from normlab.analysis.reproduce import REPORT_FILE, main, resolve_names
+from normlab.analysis.findings_report import REPORT_FILE
+from normlab.analysis.reproduce import main, resolve_names
 from normlab.analysis.verdicts import VERDICTS
 
 
