@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -177,7 +178,7 @@ def step0_val(rs: RunSet, run: str) -> float:
 
 def unigram_loss(rs: RunSet, run: str) -> float:
     v = summary_value(rs, run, "baseline_unigram_loss")
-    return float(v) if isinstance(v, int | float) and math.isfinite(v) else math.nan
+    return float(v) if isinstance(v, numbers.Real) and math.isfinite(v) else math.nan
 
 
 def end_loss(rs: RunSet, runs: pd.DataFrame) -> pd.Series:
@@ -282,7 +283,7 @@ def baseline_note(rs: RunSet) -> str | None:
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
-    if v is None or not isinstance(v, int | float) or not math.isfinite(v):
+    if v is None or not isinstance(v, numbers.Real) or not math.isfinite(v):  # numpy numbers too
         return "–"
     return f"{v:.{digits}f}"
 

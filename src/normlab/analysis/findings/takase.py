@@ -94,7 +94,10 @@ def detector_count(rs: RunSet, run: str) -> float:
     if not flags.empty:
         return float((flags > 0).sum())
     n = summary_value(rs, run, "n_loss_spikes")
-    return float(n) if isinstance(n, int | float) else math.nan
+    try:  # a numpy integer from the loaded table is not an `int`
+        return float(n)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def evaluate(rs: RunSet, extras: Extras) -> Outcome:
