@@ -273,7 +273,8 @@ def build_report(
             lines.append(
                 "Load average (1 min) when each finding started: "
                 + ", ".join(f"{load[0]:.1f}" for load in loads)
-                + " — other processes sharing the cores slow the sweeps down."
+                + f" (a sweep's own jobs account for up to {machines[0].get('cores', '?')} of it; more means other "
+                "processes shared the cores and slowed the sweeps down)."
             )
         lines.append("")
     totals = _totals(timings, names)
