@@ -5,6 +5,7 @@ times is called reproduced at most α of the time."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -454,6 +455,19 @@ def test_takase_verdicts(tmp_path):
     outcome = evaluate("takase_embed_scale", load_runs(calm))
     assert [c.verdict for c in outcome.checks][-1] == NOT_REPRODUCED  # decidable without any detected spike
     assert outcome.verdict == NOT_REPRODUCED
+
+
+def test_takase_table_counts_detector_spikes_from_the_summaries(tmp_path):
+    """Real runs keep the detector's counts in summary.json (an integer column once loaded by pandas)."""
+    root = takase_sweep(tmp_path, {"1.0": True, "sqrt_d": False}, {"1.0": 4.0, "sqrt_d": 1.0}, seeds=2)
+    for run in sorted(root.iterdir()):
+        summary_path = run / "summary.json"
+        summary = json.loads(summary_path.read_text())
+        summary["n_loss_spikes"] = 2 if run.name[0] in "01" else 0
+        summary_path.write_text(json.dumps(summary))
+    rows = {r["embed_scale"]: r for r in evaluate("takase_embed_scale", load_runs(root)).table}
+    assert rows["1.0"]["detector loss spikes per run"] == "2.0 ± 0.0"
+    assert rows["sqrt_d"]["detector loss spikes per run"] == "0.0 ± 0.0"
 
 
 # ----------------------------------------------------------------- finding 10 (tied, ours)
