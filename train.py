@@ -16,6 +16,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    from normlab.cli import guarded
+    from normlab.cli import guarded, join_torchrun
 
+    join_torchrun()  # torchrun: one process group and one run directory for all ranks
     guarded(main)  # Hydra's own errors (unknown option, bad override, bad run dir) as one sentence

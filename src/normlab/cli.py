@@ -31,6 +31,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from normlab import distributed
 from normlab.errors import UserError
 
 log = logging.getLogger("normlab")
@@ -97,6 +98,7 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         num_threads=threads_for_job(num_threads),
         group=sweep_group(),
         resume_command=resume_command,
+        dist=distributed.current(),
     )
     try:
         summary = run.execute()
@@ -316,6 +318,23 @@ def _full_hydra_errors() -> Iterator[None]:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = previous
+
+
+def join_torchrun(argv: list[str] | None = None) -> None:
+    """Under torchrun: join the process group and give every rank rank 0's run directory (appended to
+    sys.argv as Hydra overrides, before Hydra reads them); a no-op for a plain `python train.py`."""
+    argv = sys.argv if argv is None else argv
+    if not distributed.launched_by_torchrun():
+        return
+    if any(a in ("-m", "--multirun") for a in argv[1:]):
+        print(
+            "error: torchrun trains one run on several processes and cannot run a sweep (-m); sweep with "
+            "hydra/launcher=slurm (one torchrun-style job per run) or drop -m.",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_FAILED)
+    dist = distributed.from_env()
+    argv += distributed.shared_run_dir_override(argv[1:], dist)
 
 
 def guarded(main: Callable[[], Any]) -> None:

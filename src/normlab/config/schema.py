@@ -165,6 +165,7 @@ class TrainSchema:
     device: str = knob(choices=DEVICES)
     precision: str = knob(choices=PRECISIONS)
     compile: bool = knob()
+    peak_flops: Optional[float] = knob(gt=0)
     num_threads: Optional[int] = knob(ge=1)
     flush_every: int = knob(ge=1)
     sample_tokens: int = knob(ge=0)

@@ -12,6 +12,7 @@ LR = "lr"  # learning rate used for this step's update
 GRAD_NORM = "grad_norm"  # global L2 norm of all gradients, before clipping
 CLIPPED = "clipped"  # 1 if gradient clipping scaled this step's gradients, else 0
 TOKENS_PER_S = "tokens_per_s"  # training tokens per second of wall time, over the train.flush_every steps flushed with this row
+MFU = "mfu"  # model FLOPs utilisation of that window: tokens_per_s × FLOPs per token ÷ peak (train.flops)
 VAL_LOSS = "val_loss"  # validation cross-entropy (nats/token), on evaluation rows only
 VAL_PPL = "val_ppl"  # exp(val_loss), on evaluation rows only
 

@@ -15,11 +15,12 @@ import torch
 from torch import nn
 
 from normlab.data.batches import sample_windows
+from normlab.distributed import SINGLE, Dist
 from normlab.metrics import names
 from normlab.metrics.grad_norms import GradNorms, clip_
 from normlab.metrics.instruments import InstrumentConfig, Instruments, StepProbe, wants_model_update
 from normlab.metrics.monitor import Monitor
-from normlab.train import losses
+from normlab.train import flops, losses
 from normlab.train.compile import compile_module
 from normlab.train.head_loss import head_objective, head_objective_with_stats
 from normlab.train.optim import build_optimizer
@@ -60,7 +61,8 @@ class Trainer:
     """Owns the model, optimizer and RNG streams of one run; `fit` trains and reports rows to `emit`.
 
     `metrics` is the `metrics` config group (None = defaults); `monitor` watches rows for spikes and
-    divergence (None = a monitor that writes no reports).
+    divergence (None = a monitor that writes no reports); `dist` is this process's place in a torchrun
+    run (normlab.distributed: each rank trains on its slice of the global batch, gradients averaged).
     """
 
     def __init__(
@@ -76,8 +78,9 @@ class Trainer:
         device: torch.device,
         metrics: Mapping[str, Any] | None = None,
         monitor: Monitor | None = None,
+        dist: Dist = SINGLE,
     ) -> None:
-        self.model, self.device = model, device
+        self.model, self.device, self.dist = model, device, dist
         self.cfg, self.optim_cfg, self.schedule, self.warmup_steps = (
             train_cfg,
             optim_cfg,
@@ -102,7 +105,14 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         self.data_rng = torch.Generator().manual_seed(seed)
         self.step = 0
-        self.tokens_per_step = train_cfg["batch_size"] * train_cfg["seq_len"] * train_cfg["grad_accum"]
+        # the global batch: every rank's micro-batches together
+        self.tokens_per_step = (
+            train_cfg["batch_size"] * train_cfg["seq_len"] * train_cfg["grad_accum"] * dist.world_size
+        )
+        self.flops_per_token = flops.flops_per_token(
+            flops.matmul_params(model), model.n_layers, train_cfg["seq_len"], model.d_model
+        )
+        self.peak_flops = flops.peak_flops(device, precision, train_cfg.get("peak_flops"))
         metrics = dict(metrics or {})
         enabled = metrics.get("enabled", True)
         self.grad_norms = GradNorms(model, model.n_layers, per_layer=enabled)
@@ -137,8 +147,9 @@ class Trainer:
         rng = torch.Generator()
         rng.set_state(data_state)
         stream = StreamPositions(len(self.train_tokens))
+        global_batch = self.cfg["batch_size"] * self.dist.world_size
         return [
-            sample_windows(stream, self.cfg["batch_size"], self.cfg["seq_len"], rng)[0][:, 0].tolist()
+            sample_windows(stream, global_batch, self.cfg["seq_len"], rng)[0][:, 0].tolist()
             for _ in range(self.cfg["grad_accum"])
         ]
 
@@ -149,6 +160,23 @@ class Trainer:
 
     def batch(self, tokens: np.ndarray, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = sample_windows(tokens, self.cfg["batch_size"], self.cfg["seq_len"], rng)
+        return self.to_device(x, y)
+
+    def train_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.global_batch_slice(self.train_tokens, self.data_rng)
+
+    def global_batch_slice(
+        self, tokens: np.ndarray, rng: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's slice of the global batch: every rank draws the same batch_size × world_size windows
+        from the same stream, so the ranks' windows are disjoint and together are a 1-rank run's batch."""
+        b, d = self.cfg["batch_size"], self.dist
+        x, y = sample_windows(tokens, b * d.world_size, self.cfg["seq_len"], rng)
+        if d.enabled:
+            x, y = x[d.rank * b : (d.rank + 1) * b], y[d.rank * b : (d.rank + 1) * b]
+        return self.to_device(x, y)
+
+    def to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.device.type == "cuda":
             return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(
                 self.device, non_blocking=True
@@ -175,13 +203,14 @@ class Trainer:
         accum = self.cfg["grad_accum"]
         loss_sum = torch.zeros((), device=self.device)
         for _ in range(accum):
-            x, y = self.batch(self.train_tokens, self.data_rng)
+            x, y = self.train_batch()
             with self.autocast():
                 objective, loss = self.micro_batch_objective(x, y, probe)
             self.scaler.scale(objective / accum).backward()
             loss_sum += loss.detach()
         self.scaler.unscale_(self.optimizer)
         grads = self.grad_norms.grads()
+        self.dist.average_([*grads, loss_sum])  # torchrun: every rank goes on with the mean gradient
         norms = self.grad_norms.compute(grads)
         if probe:
             probe.after_backward(grads)
@@ -224,16 +253,18 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        """Mean validation loss over eval_batches windows, the same windows at every evaluation."""
+        """Mean validation loss over eval_batches global batches, the same windows at every evaluation (under
+        torchrun each rank evaluates its slice, and the mean is all-reduced)."""
         self.model.eval()
         rng = torch.Generator().manual_seed(0)
         total = torch.zeros((), device=self.device)
         trunk = self.model.features if self.fused_head else self.model
         for _ in range(self.cfg["eval_batches"]):
-            x, y = self.batch(self.val_tokens, rng)
+            x, y = self.global_batch_slice(self.val_tokens, rng)
             with self.autocast():
                 total += self.objective(trunk(x), y)[1]
         self.model.train()
+        self.dist.average_([total])
         return (total / self.cfg["eval_batches"]).item()
 
     def evaluates_at(self, step: int) -> bool:
@@ -282,6 +313,8 @@ class Trainer:
                 row = {names.STEP: step, names.LR: lr, **dict(zip(keys, vals, strict=True))}
                 row[names.CLIPPED] = int(row[names.CLIPPED])
                 row[names.TOKENS_PER_S] = tps
+                if self.peak_flops:
+                    row[names.MFU] = flops.mfu(tps, self.flops_per_token, self.peak_flops)
                 if probe:
                     row.update(probe.row())
                 if step in result.val_losses:

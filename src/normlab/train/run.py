@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from normlab.config import checked
 from normlab.data import load_corpus
 from normlab.data.unigram import baseline_unigram_loss, did_learn
+from normlab.distributed import SINGLE, Dist
 from normlab.errors import InvalidConfig, UserError
 from normlab.io import remove_stale_temps, write_text_atomic
 from normlab.metrics import names
@@ -46,7 +47,7 @@ from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.spikes import SpikeConfig
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.model import block_formula
-from normlab.train import checkpoint
+from normlab.train import checkpoint, flops
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import LoopResult, Trainer
 from normlab.train.sample import generate
@@ -95,6 +96,8 @@ class Run:
 
     `stop` is the stop request signals set (one is made if not given); `resume_command` builds the command
     printed and recorded for continuing an interrupted run (the CLI passes one that repeats its overrides).
+    Under torchrun (`dist`) every rank trains and only rank 0 writes: the run directory, its lock, metrics,
+    checkpoints, spike reports, summary.json, W&B and the sample.
     """
 
     def __init__(
@@ -105,7 +108,9 @@ class Run:
         group: str | None = None,
         stop: StopRequest | None = None,
         resume_command: ResumeCommand = default_resume_command,
+        dist: Dist = SINGLE,
     ) -> None:
+        self.dist = dist
         self.cfg_node = cfg
         self.cfg: dict[str, Any] = {}
         self.run_dir = Path(run_dir)
@@ -125,6 +130,8 @@ class Run:
     # ------------------------------------------------------------------------------------------------
 
     def _open_run_dir(self) -> None:
+        if not self.dist.is_main:
+            return
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             probe = self.run_dir / ".write_test"
@@ -155,7 +162,8 @@ class Run:
 
     def write_summary(self, **fields: Any) -> RunSummary:
         self.summary.update(**fields, wall_time_s=round(time.time() - self.started, 3))
-        self.summary.write(self.run_dir)
+        if self.dist.is_main:
+            self.summary.write(self.run_dir)
         return self.summary
 
     # ------------------------------------------------------------------------------------------------
@@ -312,7 +320,9 @@ class Run:
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
         torch.manual_seed(cfg["seed"])
-        device = pick_device(tcfg["device"])
+        device = self.dist.device(pick_device(tcfg["device"]))
+        if device.type == "cuda":  # TF32 tensor cores for float32 matmuls (train.peak_flops counts them)
+            torch.set_float32_matmul_precision("high")
         corpus = load_corpus(cfg["data"], progress=self._progress_enabled())
         if corpus.vocab_size > cfg["model"]["vocab_size"]:
             raise InvalidConfig(
@@ -334,16 +344,23 @@ class Run:
             f"{model.n_params():,}",
             f"; objective: CE + {z_loss:g}·mean(log² Z)" if z_loss else "",
         )
-        self.summary.update(n_params=model.n_params(), formula=formula)
+        self.summary.update(
+            n_params=model.n_params(),
+            formula=formula,
+            world_size=self.dist.world_size,
+            global_batch_size=tcfg["batch_size"] * tcfg["grad_accum"] * self.dist.world_size,
+        )
 
         if self.ckpt is not None:  # before W&B: a checkpoint that does not fit is the config's fault
             checkpoint.load_model_state(model, self.ckpt)
-        if cfg["logger"]["name"] == "wandb":  # only now: a run that fails before training opens no W&B run
+        if (
+            cfg["logger"]["name"] == "wandb" and self.dist.is_main
+        ):  # only now: a run that fails before training opens no W&B run
             self.wandb = WandbSink.open(cfg, self.run_dir, self.group or self._default_group())
         monitor = Monitor(
             SpikeConfig(**cfg.get("spikes", {})),
             DivergenceConfig(**cfg.get("divergence", {})),
-            out_dir=self.run_dir,
+            out_dir=self.run_dir if self.dist.is_main else None,
             n_layers=n_layers,
         )
         metrics = dict(cfg["metrics"])
@@ -361,6 +378,7 @@ class Run:
             device,
             metrics=metrics,
             monitor=monitor,
+            dist=self.dist,
         )
         resume_step = None
         if self.ckpt is not None:
@@ -373,7 +391,8 @@ class Run:
         with self.stop.deferred():  # from here a signal stops at the next step boundary
             result, previous = self._fit(trainer, resume_step)
             self._finish(trainer, result, previous)
-            if result.status == "completed" and result.steps > 0 and tcfg["sample_tokens"] > 0:
+            sample = self.dist.is_main and tcfg["sample_tokens"] > 0
+            if result.status == "completed" and result.steps > 0 and sample:
                 text = generate(
                     model, corpus, tcfg["sample_prompt"], tcfg["sample_tokens"], device, seed=cfg["seed"]
                 )
@@ -387,17 +406,20 @@ class Run:
         tcfg = self.cfg["train"]
         # logged where signals already wait for a step boundary (tests wait for this line)
         log.info("training from step %d to %d in %s", trainer.step, tcfg["max_steps"], self.run_dir)
-        sink = JsonlSink(self.run_dir / METRICS_FILE, resume_step=resume_step)
+        main = self.dist.is_main
+        sink = JsonlSink(self.run_dir / METRICS_FILE, resume_step=resume_step) if main else None
         bar = tqdm(
             total=tcfg["max_steps"],
             initial=trainer.step,
-            disable=not self._progress_enabled(),
+            disable=not (main and self._progress_enabled()),
             desc=self.cfg["name"],
             unit="step",
             dynamic_ncols=True,
         )
 
         def emit(row: dict[str, Any]) -> None:
+            if sink is None:  # not rank 0: the rows are rank 0's to write
+                return
             sink.log(row)
             if self.wandb is not None:
                 self.wandb.log(row)
@@ -412,14 +434,18 @@ class Run:
             result = trainer.fit(
                 emit,
                 on_checkpoint=lambda: self._checkpoint(trainer, checkpoint.step_file(trainer.step)),
-                stop=self.stop,
+                # every rank stops at the same step, whichever of them got the signal
+                stop=(lambda: self.dist.any(self.stop())) if self.dist.enabled else self.stop,
             )
         finally:
             bar.close()
-            sink.close()
-        return result, sink.kept
+            if sink is not None:
+                sink.close()
+        return result, sink.kept if sink is not None else []
 
     def _checkpoint(self, trainer: Trainer, name: str = LAST) -> None:
+        if not self.dist.is_main:
+            return
         checkpoint.save_checkpoint(
             self.run_dir / CHECKPOINT_DIR / name, trainer.state_dict(), self.cfg["model"]
         )
@@ -446,6 +472,7 @@ class Run:
             tokens_per_s=_mean(result.tokens_per_s[tcfg["flush_every"] :] or result.tokens_per_s),
             **trainer.monitor.summary(),
         )
+        fields["mfu"] = flops.mfu(fields["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops)
         if result.status == "interrupted":
             name = self.stop.signal_name or "a signal"
             fields.update(

@@ -63,6 +63,10 @@ class RunSummary:
     diverged_at: int | None = _field(doc="step at which the divergence rule fired")
     tokens_per_s: float | None = _field(doc="training tokens per second of wall time, after start-up")
     mfu: float | None = _field(doc="model FLOPs utilisation, where the device's peak is known")
+    world_size: int = _field(1, doc="processes that trained the run together (torchrun)")
+    global_batch_size: int | None = _field(
+        doc="sequences per optimizer step: batch_size × grad_accum × world_size"
+    )
     n_params: int | None = _field(doc="trainable parameters (the tied embedding once)")
     wall_time_s: float | None = _field(doc="seconds from the start of this process's run to the summary")
     norm: str | None = _field(kind=ECHO, doc="norm type (config `norm`)")
