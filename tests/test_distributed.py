@@ -132,3 +132,49 @@ def test_single_process_averaging_is_a_no_op():
     distributed.SINGLE.average_([t])
     assert t.tolist() == [1.0, 2.0]
     assert distributed.SINGLE.any(True) and not distributed.SINGLE.any(False)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_rank_at_one_step_and_torchrun_resumes_it(tmp_path, cache_dir):
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    args = [*COMMON, f"data.cache_dir={cache_dir}", "train.batch_size=4", f"hydra.run.dir={run_dir}"]
+    args = [a for a in args if not a.startswith("train.max_steps")]
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    train_py = str(Path(__file__).parents[1] / "train.py")
+    proc = subprocess.Popen(
+        [*launcher, train_py, *args, "train.max_steps=100000"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").is_file():
+        time.sleep(0.2)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks
+    proc.communicate(timeout=120)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
+    stopped = summary["steps"]
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+    assert summary["resume_command"].startswith("torchrun --nproc_per_node=2 train.py")
+    assert [r["step"] for r in rows(run_dir) if "loss" in r] == list(range(stopped))
+
+    end = stopped + 10
+    resumed = subprocess.run(
+        [*launcher, train_py, *args, f"train.max_steps={end}", f"train.resume={run_dir}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+    assert [r["step"] for r in rows(run_dir) if "loss" in r] == list(range(end))  # no gap, no duplicate

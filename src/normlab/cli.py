@@ -74,7 +74,9 @@ def resume_command(run_dir: Path, resume: str | None) -> str:
     extra = [f"hydra.run.dir={hydra_value(str(run_dir))}"]
     if resume:
         extra.insert(0, f"train.resume={hydra_value(resume)}")
-    return shlex.join(["python", "train.py", *overrides, *extra])
+    dist = distributed.current()
+    launcher = ["torchrun", f"--nproc_per_node={dist.world_size}"] if dist.enabled else ["python"]
+    return shlex.join([*launcher, "train.py", *overrides, *extra])
 
 
 def hydra_value(text: str) -> str:
