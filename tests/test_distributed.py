@@ -178,3 +178,29 @@ def test_sigterm_stops_every_rank_at_one_step_and_torchrun_resumes_it(tmp_path, 
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
     assert [r["step"] for r in rows(run_dir) if "loss" in r] == list(range(end))  # no gap, no duplicate
+
+
+def bn_losses(tmp_path: Path, cache_dir: Path, sync: bool) -> tuple[list[dict], list[dict]]:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    common = ["norm=bn", "train.eval_every=0"]
+    r1 = train(one, cache_dir, [*common, "train.batch_size=8"], ranks=1)
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = train(two, cache_dir, [*common, "train.batch_size=4", f"norm.sync={str(sync).lower()}"], ranks=2)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    return rows(only_run_dir(one)), rows(only_run_dir(two))
+
+
+def test_synced_batchnorm_normalises_with_the_global_batch(tmp_path, cache_dir):
+    one, two = bn_losses(tmp_path, cache_dir, sync=True)
+    for a, b in zip(one, two, strict=True):
+        for key in ("loss", "grad_norm", "val_loss"):
+            if key in a:
+                assert close(a[key], b[key]), (a["step"], key, a[key], b[key])
+
+
+@pytest.mark.slow
+def test_per_rank_batchnorm_is_a_different_network(tmp_path, cache_dir):
+    """The same comparison without norm.sync: each rank's BN sees half the batch, and it shows."""
+    one, two = bn_losses(tmp_path, cache_dir, sync=False)
+    assert not all(close(a["loss"], b["loss"]) for a, b in zip(one, two, strict=True) if "loss" in a)

@@ -122,6 +122,7 @@ class NormSchema:
     eps: float = knob(gt=0)
     bias: bool = knob()
     momentum: float = knob(ge=0, le=1)
+    sync: bool = knob()
 
 
 @dataclass

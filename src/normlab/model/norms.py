@@ -80,14 +80,26 @@ class CausalBatchNorm(nn.Module):
     averaging them over positions would drop the spread between positions (the first positions of a
     window have quite different activations from the later ones) and evaluate a different network.
     Positions never seen in training (beyond train.seq_len) keep the initial (0, 1).
+
+    Under torchrun each rank normalises with its own batch's statistics, as DistributedDataParallel leaves
+    BatchNorm; with `sync` the per-position mean and variance are those of the global batch (all ranks,
+    all-reduced in the forward and, through autograd, in the backward, as SyncBatchNorm does), so an
+    N-rank run normalises exactly as a 1-rank run of the same global batch.
     """
 
     def __init__(
-        self, d_model: int, context_length: int, eps: float = 1e-5, momentum: float = 0.1, bias: bool = True
+        self,
+        d_model: int,
+        context_length: int,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
+        bias: bool = True,
+        sync: bool = False,
     ) -> None:
         super().__init__()
         self.eps = eps
         self.momentum = momentum
+        self.sync = sync
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
         self.register_buffer("running_mean", torch.zeros(context_length, d_model))
@@ -97,10 +109,15 @@ class CausalBatchNorm(nn.Module):
         t = x.shape[1]
         if self.training:
             x32 = x.float()
-            mean = x32.mean(0)  # (T, C): per position, over the batch
-            var = x32.var(0, unbiased=False)
+            ranks = _sync_world_size() if self.sync else 1
+            if ranks > 1:  # the global batch's statistics: equal batches on every rank, so means of means
+                mean = _all_reduce_mean(x32.mean(0), ranks)
+                var = _all_reduce_mean((x32 - mean).square().mean(0), ranks)
+            else:
+                mean = x32.mean(0)  # (T, C): per position, over the batch
+                var = x32.var(0, unbiased=False)
             with torch.no_grad():
-                n = x.shape[0]
+                n = x.shape[0] * ranks
                 self.running_mean[:t].lerp_(mean, self.momentum)
                 self.running_var[:t].lerp_(var * (n / max(n - 1, 1)), self.momentum)
             y = (x32 - mean) * torch.rsqrt(var + self.eps)
@@ -110,6 +127,21 @@ class CausalBatchNorm(nn.Module):
         if self.bias is not None:
             y = y + self.bias.float()
         return y.to(x.dtype)
+
+
+def _sync_world_size() -> int:
+    import torch.distributed as torch_dist
+
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        return torch_dist.get_world_size()
+    return 1
+
+
+def _all_reduce_mean(t: torch.Tensor, ranks: int) -> torch.Tensor:
+    """Mean over the ranks, differentiable (its backward all-reduces the gradient)."""
+    from torch.distributed.nn.functional import all_reduce
+
+    return all_reduce(t) / ranks
 
 
 @dataclass(frozen=True)
@@ -139,7 +171,12 @@ NORMS: dict[str, NormType] = {
     "rms": NormType(lambda d, s, t: RMSNorm(d, eps=s.get("eps", 1e-6)), "RMS"),
     "bn": NormType(
         lambda d, s, t: CausalBatchNorm(
-            d, t, eps=s.get("eps", 1e-5), momentum=s.get("momentum", 0.1), bias=s.get("bias", True)
+            d,
+            t,
+            eps=s.get("eps", 1e-5),
+            momentum=s.get("momentum", 0.1),
+            bias=s.get("bias", True),
+            sync=s.get("sync", False),
         ),
         "BN",
     ),
