@@ -29,9 +29,9 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from normlab import distributed
+from normlab import distributed, launchers
 from normlab.errors import UserError
 
 log = logging.getLogger("normlab")
@@ -94,11 +94,16 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     num_threads = cfg.train.num_threads if isinstance(cfg.train.num_threads, int) else None
+    if not cfg.train.resume and launchers.requeued_resume(run_dir):
+        log.info("requeued job: resuming the interrupted run in %s", run_dir)
+        with open_dict(cfg):
+            cfg.train.resume = str(run_dir)
     run = Run(
         cfg,
         run_dir,
         num_threads=threads_for_job(num_threads),
         group=sweep_group(),
+        stop=launchers.stop_request(),
         resume_command=resume_command,
         dist=distributed.current(),
     )
@@ -115,6 +120,7 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         fail(summary["reason"], multirun, summary.get("resume_command"))
     elif status == "interrupted":
         print(f"interrupted: {summary['reason']} Summary in {run_dir / 'summary.json'}.", file=sys.stderr)
+        launchers.hand_back(run.stop)  # submitit's preemption signal: it requeues the job and exits
         if summary.get("resume_command"):
             print(f"resume with: {summary['resume_command']}", file=sys.stderr)
         sys.exit(run.exit_code())

@@ -34,6 +34,9 @@ class Reaction(enum.Enum):
     """What a run does once a stop request reaches a step boundary."""
 
     STOP = "stop"  # save everything, write status interrupted, exit 128 + signal number
+    # save everything as STOP does, then hand the signal back to the cluster launcher that was waiting for
+    # it (submitit: its handler requeues the job, and the requeued job resumes the run; normlab.launchers)
+    REQUEUE = "requeue"
 
 
 DEFAULT_REACTIONS: Mapping[int, Reaction] = {s: Reaction.STOP for s in STOP_SIGNALS}
@@ -117,8 +120,9 @@ class StopRequest:
             self._deferring -= 1
 
     @contextlib.contextmanager
-    def installed(self, signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[StopRequest]:
-        """Route `signals` to this request for the duration; previous handlers come back afterwards.
+    def installed(self, signals: tuple[int, ...] | None = None) -> Iterator[StopRequest]:
+        """Route `signals` (default: every signal this request has a reaction for) to this request for the
+        duration; previous handlers come back afterwards.
 
         Only the main thread can install handlers: elsewhere (a run started from a worker thread) this does
         nothing and signals keep their previous meaning.
@@ -126,6 +130,8 @@ class StopRequest:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
+        if signals is None:
+            signals = tuple(self.reactions)
         previous = {s: signal.getsignal(s) for s in signals}
         for s in signals:
             signal.signal(s, self.handle)

@@ -1,0 +1,128 @@
+"""Sweeps through Hydra's submitit launcher, run locally (`hydra/launcher=submitit_local`: the path a
+SLURM sweep takes, with processes instead of SLURM jobs), and preemption → requeue → resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from normlab import launchers
+from normlab.train.signals import Reaction
+
+pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+
+TRAIN_PY = str(Path(__file__).parents[1] / "train.py")
+COMMON = [
+    "hydra/launcher=submitit_local",
+    "hydra.launcher.timeout_min=10",
+    "model=tiny",
+    "logger=none",
+    "data=synthetic",
+    "data.n_train_stories=400",
+    "data.n_val_stories=40",
+    "data.vocab_size=512",
+    "train.batch_size=4",
+    "train.seq_len=32",
+    "train.eval_every=0",
+    "train.eval_batches=2",
+    "train.sample_tokens=0",
+    "train.progress=false",
+    "train.num_threads=1",
+    "depth=2",
+    "warmup_steps=2",
+]
+
+
+def sweep(tmp_path: Path, cache_dir: Path, *overrides: str, wait: bool = True):
+    cmd = [sys.executable, TRAIN_PY, "-m", *COMMON, f"data.cache_dir={cache_dir}", *overrides]
+    cmd.append(f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    if wait:
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def summaries(sweep_dir: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")}
+
+
+def test_a_sweep_runs_as_submitit_jobs(tmp_path, cache_dir):
+    r = sweep(tmp_path, cache_dir, "seed=0,1", "train.max_steps=3")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    found = summaries(tmp_path / "sweep")
+    assert sorted(found) == ["0_ln-pre-L2-w2-s0", "1_ln-pre-L2-w2-s1"]
+    assert all(s["status"] == "completed" and s["steps"] == 3 for s in found.values())
+    assert list((tmp_path / "sweep" / ".submitit").iterdir())  # submitit's own job folders and logs
+
+
+def task_pids(sweep_dir: Path) -> list[int]:
+    """The submitit task processes (python -m submitit.core._submit FOLDER) of this sweep."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "submitit.core._submit" in cmdline and str(sweep_dir) in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the job's process through /proc")
+def test_preempted_job_is_requeued_and_resumes_its_run(tmp_path, cache_dir):
+    steps = 400
+    proc = sweep(tmp_path, cache_dir, "seed=0", f"train.max_steps={steps}", "train.flush_every=5", wait=False)
+    sweep_dir = tmp_path / "sweep"
+    metrics = sweep_dir / "0_ln-pre-L2-w2-s0" / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not (metrics.is_file() and metrics.stat().st_size > 0):
+        time.sleep(0.2)
+    pids = task_pids(sweep_dir)
+    assert pids, "the job's process was not found"
+    for pid in pids:
+        os.kill(pid, launchers.submitit_preempt_signal())
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    summary = summaries(sweep_dir)["0_ln-pre-L2-w2-s0"]
+    assert summary["status"] == "completed" and summary["steps"] == steps, summary
+    assert summary["resumed_from"], summary  # the requeued job continued from the checkpoint
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == list(range(steps))  # no gap, no duplicate
+
+
+def test_preemption_signal_is_a_requeue_inside_submitit_only(monkeypatch, tmp_path):
+    monkeypatch.delenv(launchers.EXECUTOR_ENV, raising=False)
+    assert launchers.preempt_signal() is None
+    assert not launchers.requeued_resume(tmp_path)
+    monkeypatch.setenv(launchers.EXECUTOR_ENV, "slurm")
+    monkeypatch.delenv(launchers.PREEMPT_SIGNAL_ENV, raising=False)
+    assert launchers.preempt_signal() == signal.SIGUSR2  # submitit's default
+    monkeypatch.setenv(launchers.PREEMPT_SIGNAL_ENV, "USR1")
+    assert launchers.preempt_signal() == signal.SIGUSR1
+    stop = launchers.stop_request()
+    assert (
+        stop.reactions[signal.SIGUSR1] is Reaction.REQUEUE and stop.reactions[signal.SIGTERM] is Reaction.STOP
+    )
+
+
+def test_requeued_resume_needs_an_interrupted_run_and_a_checkpoint(monkeypatch, tmp_path):
+    monkeypatch.setenv(launchers.EXECUTOR_ENV, "local")
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    assert not launchers.requeued_resume(tmp_path)  # no checkpoint: nothing to resume
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"x")
+    assert launchers.requeued_resume(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed"}))
+    assert not launchers.requeued_resume(tmp_path)  # a finished run is not started again
