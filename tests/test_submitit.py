@@ -126,3 +126,17 @@ def test_requeued_resume_needs_an_interrupted_run_and_a_checkpoint(monkeypatch, 
     assert launchers.requeued_resume(tmp_path)
     (tmp_path / "summary.json").write_text(json.dumps({"status": "completed"}))
     assert not launchers.requeued_resume(tmp_path)  # a finished run is not started again
+
+
+def test_a_job_of_two_tasks_is_one_run_on_two_ranks(tmp_path, cache_dir):
+    """SLURM × torchrun's stand-in: hydra.launcher.tasks_per_node=2 trains one run on 2 ranks, which
+    logs what one task with the same global batch logs (tolerance as in tests/test_distributed.py)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    common = ["seed=0", "train.max_steps=10"]
+    r1 = sweep(one, cache_dir, *common, "train.batch_size=8")
+    r2 = sweep(two, cache_dir, *common, "train.batch_size=4", "hydra.launcher.tasks_per_node=2")
+    assert r1.returncode == 0 and r2.returncode == 0, r2.stdout[-2000:] + r2.stderr[-3000:]
+    s1, s2 = (summaries(d / "sweep")["0_ln-pre-L2-w2-s0"] for d in (one, two))
+    assert s2["world_size"] == 2 and s2["global_batch_size"] == s1["global_batch_size"] == 8
+    assert abs(s1["final_val_loss"] - s2["final_val_loss"]) <= 1e-4 * abs(s1["final_val_loss"])

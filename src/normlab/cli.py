@@ -93,6 +93,7 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    launchers.join_submitit_tasks()  # a SLURM job of several tasks: one process group, like torchrun
     num_threads = cfg.train.num_threads if isinstance(cfg.train.num_threads, int) else None
     if not cfg.train.resume and launchers.requeued_resume(run_dir):
         log.info("requeued job: resuming the interrupted run in %s", run_dir)

@@ -17,6 +17,7 @@ import os
 import signal
 from pathlib import Path
 
+from normlab import distributed
 from normlab.train import checkpoint
 from normlab.train.checkpoint import CHECKPOINT_DIR
 from normlab.train.signals import DEFAULT_REACTIONS, Reaction, StopRequest
@@ -56,6 +57,21 @@ def hand_back(stop: StopRequest) -> None:
     exits the process); a no-op for every other ending."""
     if stop.reaction is Reaction.REQUEUE and stop.signum is not None:
         signal.raise_signal(stop.signum)
+
+
+def join_submitit_tasks() -> None:
+    """A submitit job of several tasks (hydra.launcher.tasks_per_node × nodes) is one multi-process run:
+    submitit's view of the ranks is exported as torch.distributed's env:// variables (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and the tasks join one process group, as under torchrun."""
+    if not under_submitit():
+        return
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks <= 1:
+        return
+    # every task keeps seeing all of the node's GPUs: normlab.distributed picks cuda:LOCAL_RANK
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    distributed.from_env()
 
 
 def requeued_resume(run_dir: Path) -> bool:
