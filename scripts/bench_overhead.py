@@ -24,7 +24,6 @@ Tokens are random ids: the compute per step is the same as on real text.
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,13 +35,11 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from normlab.metrics.monitor import Monitor  # noqa: E402
-from normlab.metrics.sinks import JsonlSink  # noqa: E402
-from normlab.metrics.spikes import SpikeConfig  # noqa: E402
-from normlab.train.loop import Trainer  # noqa: E402
+from normlab.configs import CONFIG_DIR
+from normlab.metrics.monitor import Monitor
+from normlab.metrics.sinks import JsonlSink
+from normlab.metrics.spikes import SpikeConfig
+from normlab.train.loop import Trainer
 
 DEFAULT_OVERRIDES = ["norm=ln", "placement=pre", "depth=6", "logger=none"]
 
@@ -65,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def compose_cfg(overrides: list[str]) -> Any:
-    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         return compose("config", overrides=[*DEFAULT_OVERRIDES, *overrides])
 
 

@@ -15,16 +15,14 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs"
 
 
 def compose_data(overrides: list[str]) -> dict:
     """The resolved `data` group, composed from the repository's configs exactly as train.py would."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
+
+    from normlab.configs import CONFIG_DIR as CONFIGS
 
     with initialize_config_dir(str(CONFIGS), version_base="1.3"):
         if (CONFIGS / "config.yaml").is_file():
@@ -59,7 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
 
-    sys.path.insert(0, str(ROOT / "src"))  # works from a plain checkout too
     from hydra.errors import HydraException
 
     from normlab.data import load_corpus

@@ -90,7 +90,8 @@ def test_a_new_knob_shows_up_without_touching_the_help(tmp_path):
     train_yaml.write_text(
         train_yaml.read_text() + "# a knob added for this test, documented here only\nnew_knob: 7\n"
     )
-    text = squash(run_help(cwd=tmp_path))
+    # the configs ship in the package; --config-path points Hydra at the edited copy instead
+    text = squash(run_help("--config-path", str(tmp_path / "configs"), cwd=tmp_path))
     assert "train.new_knob=7 a knob added for this test, documented here only" in text
 
 

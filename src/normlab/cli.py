@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
@@ -369,3 +370,18 @@ def guarded(main: Callable[[], Any]) -> None:
             sys.exit(EXIT_CRASHED)
         print(f"error: {sentence}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
+
+
+@hydra.main(config_path="pkg://normlab.configs", config_name="config", version_base="1.3")
+def _train(cfg: DictConfig) -> float | None:
+    return run_hydra_job(cfg)
+
+
+def main() -> None:
+    """`normlab-train ...`, `python -m normlab ...` and `python train.py ...`: one Hydra job or sweep, with
+    the configs shipped in the package (pkg://normlab.configs)."""
+    from normlab.config_help import register_help_resolver
+
+    register_help_resolver()  # `--help` lists every knob with its comment from configs/
+    join_torchrun()  # torchrun: one process group and one run directory for all ranks
+    guarded(_train)  # Hydra's own errors (unknown option, bad override, bad run dir) as one sentence

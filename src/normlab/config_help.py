@@ -132,8 +132,14 @@ def parse_yaml_comments(text: str) -> YamlDoc:
 def _config_dir(root: DictConfig) -> Path | None:
     """The file-system directory of the primary config (the `main` config source)."""
     for source in root.hydra.runtime.get("config_sources", []) or []:
-        if source.get("provider") == "main" and source.get("schema") == "file":
+        if source.get("provider") != "main":
+            continue
+        if source.get("schema") == "file":
             return Path(source["path"])
+        if source.get("schema") == "pkg" and source.get("path") == "normlab.configs":
+            from normlab.configs import CONFIG_DIR
+
+            return CONFIG_DIR
     return None
 
 

@@ -20,8 +20,12 @@ from normlab.analysis.load import NoRunsFound, RunSet, load_runs, short_names
 from normlab.analysis.plots import save
 from normlab.analysis.report import md_table
 from normlab.analysis.verdicts import CONFIDENCE, RULE, Check, Outcome
+from normlab.configs import CONFIG_DIR
 
-ROOT = Path(__file__).resolve().parents[3]  # the checkout: presets are linked relative to it
+# presets are linked through the checkout's configs/ link (src/normlab/configs/../../../configs) when
+# there is one, else where the installed package keeps them
+_CHECKOUT_CONFIGS = CONFIG_DIR.parents[2] / "configs"
+PRESET_DIR = (_CHECKOUT_CONFIGS if _CHECKOUT_CONFIGS.is_dir() else CONFIG_DIR) / "experiment"
 REPORT_FILE = "REPORT.md"
 TIMINGS_FILE = "timings.json"
 FIGURE_DPI = 100  # keeps every PNG well under 300 KB
@@ -167,7 +171,7 @@ def finding_section(
     lines += [f"**Source.** {finding.source}", ""]
     lines += [f"**Verdict: {outcome.verdict}** ({outcome.parts}).", ""]
     cmd = record["command"] if record else f"python train.py -m +experiment={finding.name}"
-    preset = Path(os.path.relpath(ROOT / "configs" / "experiment", report_dir)) / f"{finding.name}.yaml"
+    preset = Path(os.path.relpath(PRESET_DIR, report_dir)) / f"{finding.name}.yaml"
     lines.append(
         f"**What we ran.** `{cmd}` (preset [`configs/experiment/{finding.name}.yaml`]({preset.as_posix()}))."
     )

@@ -315,6 +315,8 @@ class _PlainLogFormatter(LogFormatter):
     """Log-axis tick labels as 0.03, 0.1, 1, 30 (scientific only far from 1), minor ticks labelled when
     the axis spans little more than a decade."""
 
+    # LogFormatter's documented extension point has no public hook for the number's text; overriding
+    # this private method is what LogFormatterSciNotation does too (tests/test_private_apis.py)
     def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
         return f"{x:g}" if 1e-3 <= abs(x) < 1e5 else f"{x:.0e}".replace("e-0", "e-").replace("e+0", "e")
 

@@ -34,12 +34,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab.configs import CONFIG_DIR
+
 NORM_RANGE = "normlab::norm"
 STEP_RANGE = "normlab::step"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 PRESET = "rmsnorm_speed"
 NORM_FLOPS_PER_ELEMENT = 8
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def compose(overrides: Sequence[str], preset: str | None = PRESET, config_dir: Path | None = None):
@@ -48,7 +49,7 @@ def compose(overrides: Sequence[str], preset: str | None = PRESET, config_dir: P
     from hydra import initialize_config_dir
 
     extra = [f"+experiment={preset}"] if preset else []
-    with initialize_config_dir(str(config_dir or CONFIGS), version_base="1.3"):
+    with initialize_config_dir(str(config_dir or CONFIG_DIR), version_base="1.3"):
         return hydra_compose("config", overrides=[*extra, *overrides])
 
 

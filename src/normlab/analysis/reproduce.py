@@ -32,7 +32,6 @@ from typing import Any
 
 from normlab.analysis.findings import CORE, FINDINGS, PROFILE_FILE, Finding
 from normlab.analysis.findings_report import (
-    ROOT,
     TIMINGS_FILE,
     build_report,
     fmt_duration,
@@ -120,20 +119,21 @@ def run_preset(
         shutil.rmtree(sweep)
     sweeps.mkdir(parents=True, exist_ok=True)
     log_path = sweeps / f"{finding.name}.log"
-    cmd = [
+    cmd = [  # `python -m normlab` is train.py, also where no checkout is around
         python,
-        "train.py",
+        "-m",
+        "normlab",
         "-m",
         f"+experiment={finding.name}",
         f"hydra.sweep.dir={sweep.resolve()}",
         *overrides,
     ]
-    shown = shlex.join(["python", *cmd[1:]])
+    shown = shlex.join(["python", "train.py", *cmd[4:]])
     print(f"  $ {shown}\n    (log: {log_path})", flush=True)
     started = dt.datetime.now().astimezone()
     t0 = time.perf_counter()
     with log_path.open("w") as log:
-        rc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
     sweep_s = time.perf_counter() - t0
     record: dict[str, Any] = {
         "command": shlex.join(["python", "train.py", "-m", f"+experiment={finding.name}", *overrides]),

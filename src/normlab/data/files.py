@@ -452,6 +452,8 @@ def _hub_offline(offline: bool) -> Iterator[None]:
     import datasets.config as dconf
     import huggingface_hub.constants as hconst
 
+    # both libraries read these module constants once at import, so the environment variables would be too
+    # late; public names, checked by tests/test_private_apis.py
     saved = hconst.HF_HUB_OFFLINE, dconf.HF_HUB_OFFLINE
     hconst.HF_HUB_OFFLINE = dconf.HF_HUB_OFFLINE = True
     try:

@@ -45,5 +45,6 @@ def clip_(grads: list[torch.Tensor], total_norm: torch.Tensor, max_norm: float) 
     Reuses the already computed norm (torch.nn.utils.clip_grad_norm_ would compute it again).
     """
     coef = (max_norm / (total_norm + 1e-6)).clamp(max=1.0)
+    # what clip_grad_norm_ itself calls, without its host sync (tests/test_private_apis.py)
     torch._foreach_mul_(grads, coef)
     return (total_norm > max_norm).float()

@@ -64,4 +64,6 @@ class ParamLayout:
 
 def squared_norms(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Squared L2 norm of each tensor, in float32, from one fused `torch._foreach_norm` call."""
+    # private but stable (torch.nn.utils.clip_grad_norm_ is built on it): the only per-tensor fused norm;
+    # tests/test_private_apis.py fails loudly if it changes
     return torch.stack(torch._foreach_norm(tensors)).float().square()

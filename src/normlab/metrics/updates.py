@@ -45,6 +45,7 @@ class UpdateRatio:
     def ratios(self) -> torch.Tensor:
         """Float32 tensor laid out as `update_ratio_keys`; call after the optimizer step."""
         after = [p.detach() for p in self.layout.params]
+        # fused per-tensor difference (private, as clip_grad_norm_'s foreach ops; tests/test_private_apis.py)
         diff_sq = squared_norms(torch._foreach_sub(after, self._before))
         num = torch.cat([diff_sq.sum().view(1), self.layout.layer_sums(diff_sq)]).sqrt()
         self._before = None  # free the copy as soon as possible

@@ -1,0 +1,50 @@
+"""The import layering of ARCHITECTURE.md: each package imports only the layers below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "normlab"
+
+ALLOWED = {
+    "model": set(),
+    "data": {"errors", "io"},
+    "metrics": {"model", "io", "train.summary"},
+    "train": {"model", "data", "metrics", "config", "configs", "distributed", "errors", "io"},
+    "analysis": {"model", "data", "metrics", "train", "config", "configs", "errors", "io"},
+}
+# the one exception, named: the norm profiler drives the training loop to time it
+EXCEPTIONS = {("analysis/profile_norm.py", "train")}
+
+
+def imported(path: Path) -> set[str]:
+    """normlab modules a file imports, as 'train' or 'train.summary' (module level and inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            if name.startswith("normlab."):
+                found.add(name.removeprefix("normlab."))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_lower_layers(package):
+    wrong = []
+    for path in sorted((SRC / package).rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        for mod in imported(path):
+            top = mod.split(".")[0]
+            if top == package or top in ALLOWED[package] or mod in ALLOWED[package]:
+                continue
+            if (rel, top) in EXCEPTIONS:
+                continue
+            wrong.append(f"{rel} imports normlab.{mod}")
+    assert not wrong, "\n".join(wrong)

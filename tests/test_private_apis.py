@@ -1,0 +1,42 @@
+"""The few private APIs normlab leans on (each use says why): these tests fail loudly when one changes."""
+
+from __future__ import annotations
+
+import torch
+
+
+def test_foreach_norm_sub_and_mul_behave_as_their_references():
+    a = [torch.randn(3, 4), torch.randn(5)]
+    b = [torch.randn(3, 4), torch.randn(5)]
+    norms = torch._foreach_norm(a)
+    assert all(torch.allclose(n, torch.linalg.vector_norm(t)) for n, t in zip(norms, a, strict=True))
+    diffs = torch._foreach_sub(a, b)
+    assert all(torch.equal(d, x - y) for d, x, y in zip(diffs, a, b, strict=True))
+    scaled = [t.clone() for t in a]
+    torch._foreach_mul_(scaled, torch.tensor(0.5))
+    assert all(torch.allclose(s, t * 0.5) for s, t in zip(scaled, a, strict=True))
+
+
+def test_log_formatter_still_calls_num_to_string():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from normlab.analysis import plots
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [0.03, 0.3, 3])
+    plots._log_y(ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    plt.close(fig)
+    assert "0.1" in labels and "1" in labels, labels  # our plain labels, not matplotlib's 10^-1
+
+
+def test_hub_offline_constants_exist():
+    import datasets.config
+    import huggingface_hub.constants
+
+    assert isinstance(huggingface_hub.constants.HF_HUB_OFFLINE, bool)
+    assert isinstance(datasets.config.HF_HUB_OFFLINE, bool)
