@@ -78,18 +78,8 @@ def make_trainer(cfg: Any, tokens: np.ndarray, metrics_on: bool, out_dir: Path) 
     else:
         metrics = {**c["metrics"], "enabled": False}
         monitor = Monitor(SpikeConfig(window=0, history=0), out_dir=None, n_layers=model.n_layers)
-    return Trainer(
-        model,
-        tokens,
-        tokens,
-        train,
-        c["optim"],
-        c["schedule"]["name"],
-        c["warmup_steps"],
-        c["seed"],
-        torch.device("cpu"),
-        metrics=metrics,
-        monitor=monitor,
+    return Trainer.from_config(
+        c, model, tokens, tokens, torch.device("cpu"), train=train, metrics=metrics, monitor=monitor
     )
 
 

@@ -70,11 +70,16 @@ def test_final_norm_only_where_the_placement_has_one():
     assert isinstance(make(placement="double").final_norm, nn.LayerNorm)
 
 
-@pytest.mark.parametrize("n_layers", [1, 6, 24])
-def test_deepnorm_alpha_and_beta_follow_the_paper(n_layers):
+# DeepNet (Wang et al. 2022), Fig. 2, decoder-only with N layers: α = (2N)^¼, β = (8N)^-¼, worked out by
+# hand: N=1: 2^¼ = 1.18921, 8^-¼ = 0.59460; N=6: 12^¼ = 1.86121, 48^-¼ = 0.37992; N=24: 48^¼ = 2.63215,
+# 192^-¼ = 0.26864.
+@pytest.mark.parametrize(
+    ("n_layers", "alpha", "beta"), [(1, 1.18921, 0.59460), (6, 1.86121, 0.37992), (24, 2.63215, 0.26864)]
+)
+def test_deepnorm_alpha_and_beta_follow_the_paper(n_layers, alpha, beta):
     kind = NORMS["deepnorm"]
-    assert kind.residual_scale(n_layers) == pytest.approx((2 * n_layers) ** 0.25)
-    assert kind.init_gain(n_layers) == pytest.approx((8 * n_layers) ** -0.25)
+    assert kind.residual_scale(n_layers) == pytest.approx(alpha, abs=1e-5)
+    assert kind.init_gain(n_layers) == pytest.approx(beta, abs=1e-5)
 
 
 def test_deepnorm_scales_the_skip_path_by_alpha():

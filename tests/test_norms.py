@@ -13,9 +13,15 @@ def randomise_affine(module: torch.nn.Module) -> None:
             p.copy_(torch.randn_like(p))
 
 
-def test_every_registered_norm_builds():
+def test_every_registered_norm_builds_and_keeps_the_shape():
+    x = torch.randn(2, 3, 16) * 5 + 2
     for name in NORMS:
-        build_norm(16, {"name": name}, context_length=8)(torch.randn(2, 3, 16))
+        y = build_norm(16, {"name": name}, context_length=8)(x)
+        assert y.shape == x.shape and torch.isfinite(y).all(), name
+        if name != "none":  # a normalisation at init brings features to unit scale
+            assert y.pow(2).mean().sqrt().item() == pytest.approx(1.0, abs=0.05), name
+        else:
+            assert torch.equal(y, x)
 
 
 def test_layernorm_matches_functional():

@@ -211,6 +211,7 @@ def render_knobs(root: DictConfig) -> str:
             blocks.append(f"{group}: not chosen (options: {options})")
             continue
         doc = parse_yaml_comments(path.read_text())
+        doc.knobs = _base_knobs(path, doc.knobs) + doc.knobs
         head = f"{group}={choice}  (configs/{group}/{choice}.yaml; options: {options})"
         lines = [head]
         if doc.header:
@@ -223,6 +224,18 @@ def render_knobs(root: DictConfig) -> str:
             lines.append(_knob_line(f"{dotted}={_raw_value(root, dotted)}", knob.comment))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _base_knobs(path: Path, own: list) -> list:
+    """Knobs of the shared bases a group file lists in its defaults (`- _base`), minus those it sets itself:
+    model/small.yaml sets d_model and inherits the other keys, with their comments, from model/_base.yaml."""
+    mine = {k.path for k in own}
+    found = []
+    for base in re.findall(r"^\s*-\s+(_\w+)\s*$", path.read_text(), flags=re.MULTILINE):
+        base_path = path.with_name(f"{base}.yaml")
+        if base_path.is_file():
+            found += [k for k in parse_yaml_comments(base_path.read_text()).knobs if k.path not in mine]
+    return found
 
 
 def _first_sentence(text: str) -> str:

@@ -65,17 +65,8 @@ def build_trainer(cfg, corpus=None):
     corpus = corpus or load_corpus(c["data"], progress=False)
     torch.manual_seed(c["seed"])
     model = instantiate(cfg.model)
-    trainer = Trainer(
-        model,
-        corpus.train,
-        corpus.val,
-        c["train"],
-        c["optim"],
-        c["schedule"]["name"],
-        c["warmup_steps"],
-        c["seed"],
-        torch.device("cpu"),
-        metrics={"enabled": False},
+    trainer = Trainer.from_config(
+        c, model, corpus.train, corpus.val, torch.device("cpu"), metrics={"enabled": False}
     )
     return trainer, corpus
 

@@ -62,19 +62,15 @@ def machine() -> dict[str, Any]:
                 mem = round(int(line.split()[1]) / 2**20, 1)
     except OSError:
         pass
-    try:
-        import torch
+    import torch
 
-        torch_version = torch.__version__
-    except ImportError:  # pragma: no cover
-        torch_version = "?"
     return {
         "cpu": cpu,
         "cores": cores,
         "memory_gib": mem,
         "os": platform.platform(),
         "python": platform.python_version(),
-        "torch": torch_version,
+        "torch": torch.__version__,
         "load_avg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
 

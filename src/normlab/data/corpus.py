@@ -54,7 +54,7 @@ def _tinystories(cfg: dict[str, Any], progress: bool) -> Source:
 def _text(cfg: dict[str, Any], progress: bool) -> Source:
     from .files import text_source
 
-    return text_source(cfg, progress)
+    return text_source(cfg)  # local files: nothing to download, no progress to show
 
 
 SOURCES: dict[str, Callable[[dict[str, Any], bool], Source]] = {
@@ -65,13 +65,10 @@ SOURCES: dict[str, Callable[[dict[str, Any], bool], Source]] = {
 
 
 def _plain(data_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        from omegaconf import OmegaConf
+    from omegaconf import OmegaConf
 
-        if OmegaConf.is_config(data_cfg):
-            return dict(OmegaConf.to_container(data_cfg, resolve=True))  # type: ignore[arg-type]
-    except ImportError:  # pragma: no cover - omegaconf comes with hydra
-        pass
+    if OmegaConf.is_config(data_cfg):
+        return dict(OmegaConf.to_container(data_cfg, resolve=True))  # type: ignore[arg-type]
     return dict(data_cfg)
 
 

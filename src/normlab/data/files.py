@@ -382,7 +382,7 @@ def tinystories_source(cfg: dict[str, Any], progress: bool = True) -> Source:
     return FileSource("tinystories", root, layout, cfg, val_fraction=None)
 
 
-def text_source(cfg: dict[str, Any], progress: bool = True) -> Source:
+def text_source(cfg: dict[str, Any]) -> Source:
     if not cfg.get("path"):
         raise UserError(
             "data=text needs a corpus: set data.path=FILE_OR_DIR (.txt, .jsonl or .parquet files)."
@@ -480,6 +480,7 @@ class HubSource(Source):
         self.max_val = _positive_int(cfg, "max_val_stories", None, allow_null=True)
         self.n_train, self.n_val = self.max_train, self.max_val
         self.progress = progress
+        self.text_field = str(cfg.get("text_field") or "text")
         self._offline: bool | None = None
         self._paths: dict[str, Path] = {}
 
@@ -531,7 +532,7 @@ class HubSource(Source):
 
         ds = self._call(load)
         for batch in ds.iter(batch_size=4096):
-            for text in batch["text"]:
+            for text in batch[self.text_field]:
                 if text and (text := text.strip()):
                     yield text
 

@@ -206,8 +206,6 @@ class WandbSink:
     `start`, when given, opens the W&B run at the first `log` (and returns it, or None when W&B cannot
     start); `run` is then None until that first row."""
 
-    wants_histograms = True
-
     def __init__(self, run: Any, wandb: Any, start: Callable[[], Any] | None = None) -> None:
         self.run, self.wandb, self._start = run, wandb, start
 

@@ -120,6 +120,37 @@ class Trainer:
         self.monitor = monitor if monitor is not None else Monitor(n_layers=model.n_layers)
         self.monitor.locate = self.window_starts
 
+    @classmethod
+    def from_config(
+        cls,
+        cfg: Mapping[str, Any],
+        model: nn.Module,
+        train_tokens: np.ndarray,
+        val_tokens: np.ndarray,
+        device: torch.device,
+        *,
+        train: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        monitor: Monitor | None = None,
+        dist: Dist = SINGLE,
+    ) -> Trainer:
+        """The Trainer a resolved run config describes (its train, optim, schedule, warmup_steps, seed and
+        metrics); `train` and `metrics` replace those groups (benchmarks change a few keys)."""
+        return cls(
+            model,
+            train_tokens,
+            val_tokens,
+            cfg["train"] if train is None else train,
+            cfg["optim"],
+            cfg["schedule"]["name"],
+            cfg["warmup_steps"],
+            cfg["seed"],
+            device,
+            metrics=cfg["metrics"] if metrics is None else metrics,
+            monitor=monitor,
+            dist=dist,
+        )
+
     def _instruments(self, metrics: Mapping[str, Any]) -> Instruments:
         defaults = InstrumentConfig()
         cfg = InstrumentConfig(

@@ -366,19 +366,8 @@ class Run:
         metrics = dict(cfg["metrics"])
         if self.wandb is None:  # histograms are for W&B only: don't compute them for nobody
             metrics["histogram_every"] = 0
-        trainer = Trainer(
-            model,
-            corpus.train,
-            corpus.val,
-            tcfg,
-            cfg["optim"],
-            cfg["schedule"]["name"],
-            cfg["warmup_steps"],
-            cfg["seed"],
-            device,
-            metrics=metrics,
-            monitor=monitor,
-            dist=self.dist,
+        trainer = Trainer.from_config(
+            cfg, model, corpus.train, corpus.val, device, metrics=metrics, monitor=monitor, dist=self.dist
         )
         resume_step = None
         if self.ckpt is not None:
