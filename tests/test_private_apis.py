@@ -27,7 +27,7 @@ def test_log_formatter_still_calls_num_to_string():
 
     fig, ax = plt.subplots()
     ax.plot([1, 2, 3], [0.03, 0.3, 3])
-    plots._log_y(ax)
+    plots.log_y(ax)
     fig.canvas.draw()
     labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     plt.close(fig)

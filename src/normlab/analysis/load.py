@@ -263,7 +263,7 @@ def _summary_from_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------- grouping
 
 
-def _sortable(value: Any) -> tuple[int, Any]:
+def sortable(value: Any) -> tuple[int, Any]:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return (2, "")
     if isinstance(value, bool | int | float):
@@ -501,7 +501,7 @@ def _with_groups(rs: RunSet, group_by: Sequence[str] | str | None) -> RunSet:
         key = []
         for k in keys:
             v = row.get(k)
-            rank, val = _sortable(v)
+            rank, val = sortable(v)
             key.append((rank, val if rank != 1 else first_seen[k].get(v, 0)))
         order_keys.append(tuple(key))
     ranks = {k: i for i, k in enumerate(sorted(set(order_keys)))}

@@ -1,0 +1,194 @@
+"""Layer profiles: gradient norm per block at initialisation and over training, residual-stream RMS per block."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from normlab.analysis.load import RunSet
+from normlab.analysis.plots.style import (
+    BAND_ALPHA,
+    LAYER_LABEL,
+    STEP_LABEL,
+    NoData,
+    Style,
+    add_legend,
+    agg_note,
+    coincide_handles,
+    coinciding,
+    color_title,
+    last_step,
+    layer_means,
+    log_y,
+    mark_duplicate_panels,
+    matrix_groups,
+    metric_family,
+    n_label,
+    new_figure,
+    panel_grid,
+    runs_of,
+    step_ticks,
+    variant_handles,
+    variant_styles,
+    variants_with,
+)
+from normlab.analysis.stats import finite, layer_columns
+from normlab.metrics import names
+
+
+def profile_line(ax: Any, layers: list[int], mean: np.ndarray, std: np.ndarray, n: int, style: Style) -> None:
+    """One variant's per-layer profile: the mean with hollow markers, and a ± std band where n ≥ 2
+    (floored at 5 % of the mean so a log axis never sees values ≤ 0)."""
+    ax.plot(layers, mean, **{**style.line(len(layers), ms=7), "markevery": None, "mfc": "none", "mew": 1.5})
+    if n >= 2 and np.isfinite(std).any():
+        ax.fill_between(
+            layers, np.maximum(mean - std, mean * 0.05), mean + std, color=style.color, alpha=BAND_ALPHA, lw=0
+        )
+
+
+def plot_grad_profile_init(rs: RunSet) -> Figure:
+    """Per-layer gradient norm at step 0 (before any update) vs block index, one line per variant
+    (Xiong et al. 2020, Fig. 3)."""
+    cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
+    step0 = rs.metrics[rs.metrics[names.STEP] == 0]
+    if not cols or step0.empty:
+        raise NoData(f"no per-layer gradient norms ({metric_family(names.grad_norm_layer)}) at step 0")
+    fig, axes = new_figure(1, 1, width=10.5, height=4.8)
+    ax = axes[0, 0]
+    styles = variant_styles(rs)
+    shown = []
+    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for variant in rs.variants:
+        sub = step0[step0["run"].isin(runs_of(rs, variant))]
+        if sub.empty:
+            continue
+        layers, means, stds = [], [], []
+        for i, col in cols.items():
+            v = finite(sub[col]).dropna()
+            v = v[v > 0]
+            if not v.empty:
+                layers.append(i)
+                means.append(v.mean())
+                stds.append(v.std(ddof=1) if len(v) > 1 else np.nan)
+        if not layers:
+            continue
+        shown.append(variant)
+        curves[variant] = (np.array(layers, dtype=float), np.array(means))
+        profile_line(ax, layers, np.array(means), np.array(stds), len(sub), styles[variant])
+    if not shown:
+        raise NoData("no finite per-layer gradient norms at step 0")
+    log_y(ax)
+    ax.set_xlabel(LAYER_LABEL)
+    ax.set_ylabel("gradient L2 norm of the block's parameters")
+    ax.set_title(
+        f"Gradient profile at initialisation (step 0, before any update)\n{agg_note(rs)}", fontsize=11
+    )
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    add_legend(fig, variant_handles(rs, shown) + coincide_handles(rs, coinciding(curves)))
+    return fig
+
+
+def plot_grad_heatmap(rs: RunSet) -> Figure:
+    """Per-layer gradient norm over training: a layer × step heatmap per variant, one shared log colour scale."""
+    cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
+    variants = variants_with(rs, list(cols.values()))
+    if not variants:
+        raise NoData(f"no per-layer gradient norms ({metric_family(names.grad_norm_layer)})")
+    mats = {v: layer_means(rs, v, cols) for v in variants}
+    mats = {v: m for v, m in mats.items() if not m.empty}
+    allvals = np.concatenate([m.to_numpy(dtype=float).ravel() for m in mats.values()])
+    allvals = allvals[np.isfinite(allvals) & (allvals > 0)]
+    if allvals.size == 0:
+        raise NoData("per-layer gradient norms are all zero or non-finite")
+    lo, hi = np.percentile(allvals, [1, 99.5])
+    if hi <= lo:
+        hi = lo * 10
+    norm = LogNorm(vmin=lo, vmax=hi)
+    nrows, ncols = panel_grid(len(mats))
+    fig, axes = new_figure(nrows, ncols, width=4.4 * ncols + 1.2, height=3.3 * nrows + 0.7)
+    last = last_step(rs)
+    mesh = None
+    ax_of = {}
+    for ax, (variant, m) in zip(axes.flat, mats.items(), strict=False):
+        ax.grid(False)
+        ax_of[variant] = ax
+        steps = m.index.to_numpy(dtype=float)
+        layers = m.columns.to_numpy(dtype=float)
+        data = np.ma.masked_invalid(np.where(m.to_numpy(dtype=float) > 0, m.to_numpy(dtype=float), np.nan).T)
+        mesh = ax.pcolormesh(
+            cell_edges(steps), cell_edges(layers), data, norm=norm, cmap="viridis", shading="flat"
+        )
+        color_title(ax, n_label(rs, variant), rs.colors[variant])
+        ax.set_xlabel(STEP_LABEL)
+        ax.set_xticks(step_ticks(last, nbins=5))
+        ax.set_ylabel("block index")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in list(axes.flat)[len(mats) :]:
+        ax.set_visible(False)
+    mark_duplicate_panels(ax_of, matrix_groups(mats), rs)
+    fig.colorbar(mesh, ax=axes, label="gradient L2 norm of the block (log)", extend="both", shrink=0.9)
+    fig.suptitle(
+        f"Per-layer gradient norm over training ({agg_note(rs, panels=True)}; block 0 = next to the embedding)"
+    )
+    return fig
+
+
+def cell_edges(centers: np.ndarray) -> np.ndarray:
+    if len(centers) == 1:
+        return np.array([centers[0] - 0.5, centers[0] + 0.5])
+    mids = (centers[1:] + centers[:-1]) / 2
+    return np.concatenate(
+        [[centers[0] - (mids[0] - centers[0])], mids, [centers[-1] + (centers[-1] - mids[-1])]]
+    )
+
+
+def plot_act_rms(rs: RunSet) -> Figure:
+    """Residual-stream RMS after each block vs block index, at step 0 and at each run's last measured step."""
+    cols = layer_columns(rs.metrics.columns, names.act_rms_layer)
+    variants = variants_with(rs, list(cols.values()))
+    if not variants:
+        raise NoData(f"no residual-stream RMS metrics ({metric_family(names.act_rms_layer)})")
+    fig, axes = new_figure(1, 2, width=13.0, height=4.8, sharey=True)
+    ax0, ax1 = axes[0]
+    styles = variant_styles(rs)
+    last_steps: set[int] = set()
+    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for variant in variants:
+        m = rs.metrics
+        sub = m[m["run"].isin(runs_of(rs, variant))]
+        sub = sub[[names.STEP, "run", *cols.values()]].copy()
+        sub[list(cols.values())] = sub[list(cols.values())].apply(finite)
+        sub = sub.dropna(subset=list(cols.values()), how="all")
+        at0 = sub[sub[names.STEP] == 0]
+        end = sub.sort_values(names.STEP).groupby("run").tail(1)
+        last_steps.update(end[names.STEP].astype(int))
+        for ax, rows in ((ax0, at0), (ax1, end)):
+            if rows.empty:
+                continue
+            layers = list(cols)
+            mean = rows[list(cols.values())].mean().to_numpy(dtype=float)
+            std = rows[list(cols.values())].std(ddof=1).to_numpy(dtype=float)
+            profile_line(ax, layers, mean, std, len(rows), styles[variant])
+            if ax is ax1:
+                curves[variant] = (np.array(layers, dtype=float), mean)
+    last = last_step(rs)
+    ax0.set_title("at initialisation (step 0)", fontsize=10)
+    if len(last_steps) == 1:
+        (measured,) = last_steps
+        of = f" of {last}" if measured != last else ""
+        end_note = f"at the last measured step ({measured}{of})"
+    else:
+        end_note = f"at each run's last measured step ({min(last_steps)}–{max(last_steps)})"
+    ax1.set_title(end_note, fontsize=10)
+    for ax in (ax0, ax1):
+        log_y(ax)
+        ax.set_xlabel(LAYER_LABEL)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax0.set_ylabel("RMS of the residual stream after the block")
+    fig.suptitle(f"Residual-stream RMS vs layer — {agg_note(rs)}")
+    add_legend(fig, variant_handles(rs, variants) + coincide_handles(rs, coinciding(curves)))
+    return fig
