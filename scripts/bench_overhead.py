@@ -31,11 +31,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from normlab.configs import CONFIG_DIR
+from normlab.config.compose import compose_config
 from normlab.metrics.monitor import Monitor
 from normlab.metrics.sinks import JsonlSink
 from normlab.metrics.spikes import SpikeConfig
@@ -62,8 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def compose_cfg(overrides: list[str]) -> Any:
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        return compose("config", overrides=[*DEFAULT_OVERRIDES, *overrides])
+    return compose_config([*DEFAULT_OVERRIDES, *overrides])
 
 
 def make_trainer(cfg: Any, tokens: np.ndarray, metrics_on: bool, out_dir: Path) -> Trainer:

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
+
+from normlab.config.compose import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -50,7 +51,6 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def make_cfg(cache_dir: Path) -> Callable[..., DictConfig]:
     def make(*overrides: str) -> DictConfig:
-        with initialize_config_dir(str(CONFIGS), version_base="1.3"):
-            return compose("config", overrides=[*TINY, f"data.cache_dir={cache_dir}", *overrides])
+        return compose_config([*TINY, f"data.cache_dir={cache_dir}", *overrides])
 
     return make

@@ -8,11 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli_run
 
-from cli_run import ROOT, TRAIN, CliRun, base_overrides  # noqa: E402
+from cli_run import TRAIN, CliRun, base_overrides  # noqa: E402
+
+from normlab.config.compose import compose_config
 
 
 @pytest.fixture
@@ -46,8 +47,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Pa
 
     run_dir = tmp_path_factory.mktemp("trained") / "run"
     overrides = [*base_overrides([], cache_dir), "train.ckpt_every=2"]
-    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose_config(overrides)
     summary = Run(cfg, run_dir).execute()
     assert summary["status"] == "completed", summary
     return run_dir

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 
 from normlab.config import checked, register
+from normlab.config.compose import compose_config
 from normlab.config.schema import GROUP_SCHEMAS, STORE_GROUP, RootSchema
 from normlab.errors import InvalidConfig
 
@@ -19,8 +19,7 @@ DECLARED_AHEAD = {"model.qk_norm", "optim.z_loss", "train.eval_at_start", "train
 
 
 def compose_cfg(*overrides: str):
-    with initialize_config_dir(str(CONFIGS), version_base="1.3"):
-        return compose("config", overrides=["data=synthetic", *overrides])
+    return compose_config(["data=synthetic", *overrides])
 
 
 def options(group: str) -> list[str]:

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 from cli_run import ROOT, base_overrides
-from hydra import compose, initialize_config_dir
 
+from normlab.config.compose import compose_config
 from normlab.train.signals import (
     FORCE_AFTER,
     Interrupted,
@@ -169,8 +169,7 @@ def reference_rows(cache_dir: Path, steps: int, run_dir: Path) -> list[dict]:
 
     threads = torch.get_num_threads()
     try:
-        with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
-            cfg = compose("config", overrides=[*base_overrides([], cache_dir), *SETTINGS])
+        cfg = compose_config([*base_overrides([], cache_dir), *SETTINGS])
         summary = Run(cfg, run_dir, num_threads=1, stop=StopAfter(steps)).execute()
     finally:
         torch.set_num_threads(threads)
@@ -234,9 +233,8 @@ def test_resume_is_exact_with_dropout_batchnorm_accumulation_and_model_update(tm
         "spikes.trend=1",
         "spikes.min_history=2",
     ]
-    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
-        cfg = compose("config", overrides=settings)
-        resumed_cfg = compose("config", overrides=[*settings, f"train.resume={tmp_path / 'b'}"])
+    cfg = compose_config(settings)
+    resumed_cfg = compose_config([*settings, f"train.resume={tmp_path / 'b'}"])
     threads = torch.get_num_threads()
     try:
         Run(cfg, tmp_path / "a", num_threads=1).execute()

@@ -34,8 +34,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab.configs import CONFIG_DIR
-
 NORM_RANGE = "normlab::norm"
 STEP_RANGE = "normlab::step"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
@@ -45,12 +43,10 @@ NORM_FLOPS_PER_ELEMENT = 8
 
 def compose(overrides: Sequence[str], preset: str | None = PRESET, config_dir: Path | None = None):
     """The composed config of `preset` (an experiment preset, or None) with `overrides` (Hydra syntax)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from normlab.config.compose import compose_config
 
     extra = [f"+experiment={preset}"] if preset else []
-    with initialize_config_dir(str(config_dir or CONFIG_DIR), version_base="1.3"):
-        return hydra_compose("config", overrides=[*extra, *overrides])
+    return compose_config([*extra, *overrides], config_dir=config_dir)
 
 
 def build_trainer(cfg, corpus=None):
