@@ -15,7 +15,7 @@ import pytest
 from data_helpers import LAYOUTS, write_layout
 
 import normlab.data.cache as cache_mod
-import normlab.data.files as files_mod
+import normlab.data.hub as hub_mod
 from normlab.data import TokenCorpus, load_corpus
 from normlab.data.tokenizer import train_bpe
 from normlab.errors import UserError
@@ -257,7 +257,7 @@ def test_offline_without_a_local_copy_is_one_sentence(
     # an empty Hugging Face cache, and no network whatever the machine has
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub"))
-    monkeypatch.setattr(files_mod, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(hub_mod, "hub_reachable", lambda timeout=3.0: False)
     for version in ("v1", "v2"):
         with pytest.raises(UserError) as err:
             load_corpus(ts_cfg(None, tmp_path / "cache", version=version), progress=False)
@@ -268,7 +268,7 @@ def test_offline_without_a_local_copy_is_one_sentence(
 
 def test_hub_probe_respects_offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert files_mod.hub_reachable() is False
+    assert hub_mod.hub_reachable() is False
 
 
 # --- scripts/prepare_data.py ------------------------------------------------------------------------
@@ -333,7 +333,7 @@ def test_hub_v1_goes_through_datasets(monkeypatch: pytest.MonkeyPatch, layout_di
     import datasets.config
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
-    monkeypatch.setattr(files_mod, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(hub_mod, "hub_reachable", lambda timeout=3.0: True)
     root, data = layout_dir("parquet")
     cfg = ts_cfg(None, tmp_path / "cache", hub_id=str(root), version="v1", max_train_stories=50)
     corpus = load_corpus(cfg, progress=False)
@@ -355,7 +355,7 @@ def test_hub_v2_fetches_the_official_text_files(
         return str(root / filename)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr(files_mod, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(hub_mod, "hub_reachable", lambda timeout=3.0: True)
     corpus = load_corpus(ts_cfg(None, tmp_path / "cache", revision="abc123"), progress=False)
     assert documents(corpus, "train") == data["train"] and documents(corpus, "val") == data["val"]
     assert calls == [

@@ -46,13 +46,13 @@ def _synthetic(cfg: dict[str, Any], progress: bool) -> Source:
 
 
 def _tinystories(cfg: dict[str, Any], progress: bool) -> Source:
-    from .files import tinystories_source
+    from .local import tinystories_source
 
     return tinystories_source(cfg, progress)
 
 
 def _text(cfg: dict[str, Any], progress: bool) -> Source:
-    from .files import text_source
+    from .local import text_source
 
     return text_source(cfg)  # local files: nothing to download, no progress to show
 

@@ -1,4 +1,4 @@
-"""Real corpora: TinyStories (from the Hub through `datasets`, or a local copy) and any local text corpus.
+"""Real corpora on disk: a local copy of TinyStories and any local text corpus (the Hub: `normlab.data.hub`).
 
 Local layouts understood under `data.path` (searched recursively, hidden folders skipped):
 
@@ -17,19 +17,16 @@ to the validation split when it is ``validation``, ``valid``, ``val`` or ``dev``
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
 import logging
 import os
 import re
-import socket
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from normlab.errors import UserError
 
@@ -349,6 +346,8 @@ def _version(cfg: dict[str, Any]) -> str:
 
 
 def tinystories_source(cfg: dict[str, Any], progress: bool = True) -> Source:
+    from .hub import HubSource  # the Hub's libraries load only when no local copy is used
+
     version = _version(cfg)
     if not cfg.get("path"):
         return HubSource(cfg, version, progress)
@@ -410,151 +409,3 @@ def text_source(cfg: dict[str, Any]) -> Source:
     if not 0 < fraction < 1:
         raise UserError(f"data.val_fraction={fraction} is not between 0 and 1; set it to e.g. 0.01.")
     return FileSource("text", root, layout, cfg, val_fraction=fraction)
-
-
-# ----------------------------------------------------------------------------------------------------
-# The Hugging Face Hub
-# ----------------------------------------------------------------------------------------------------
-
-OFFLINE_MESSAGE = (
-    "Cannot download TinyStories (no network connection{why}) and data.path is not set; point data.path=DIR at "
-    "a downloaded copy, or train on the embedded corpus with data=synthetic."
-)
-_TRUE = {"1", "true", "yes", "on"}
-
-
-def _env_offline() -> bool:
-    return any(
-        os.environ.get(k, "").strip().lower() in _TRUE for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """A quick TCP check of the Hub endpoint, so that no network fails in seconds, not after retries."""
-    if _env_offline():
-        return False
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True  # only the proxy knows; let the real request decide
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    try:
-        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def _hub_offline(offline: bool) -> Iterator[None]:
-    """Put huggingface_hub and datasets in offline mode (cached files only) for the duration."""
-    if not offline:
-        yield
-        return
-    import datasets.config as dconf
-    import huggingface_hub.constants as hconst
-
-    # both libraries read these module constants once at import, so the environment variables would be too
-    # late; public names, checked by tests/test_private_apis.py
-    saved = hconst.HF_HUB_OFFLINE, dconf.HF_HUB_OFFLINE
-    hconst.HF_HUB_OFFLINE = dconf.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        hconst.HF_HUB_OFFLINE, dconf.HF_HUB_OFFLINE = saved
-
-
-class HubSource(Source):
-    """TinyStories from the Hugging Face Hub, cached by `datasets` / `huggingface_hub` as usual.
-
-    V1 loads the dataset's parquet splits with `datasets.load_dataset`; V2 (GPT-4 stories only) exists
-    on the Hub as the official text files, fetched with `huggingface_hub` into the same Hub cache.
-    Nothing is downloaded until the token cache needs building.
-    """
-
-    name = "tinystories"
-
-    def __init__(self, cfg: dict[str, Any], version: str, progress: bool) -> None:
-        self.hub_id = str(cfg.get("hub_id") or "roneneldan/TinyStories")
-        self.revision = str(cfg.get("revision") or "main")
-        self.version = version
-        self.max_train = _positive_int(cfg, "max_train_stories", None, allow_null=True)
-        self.max_val = _positive_int(cfg, "max_val_stories", None, allow_null=True)
-        self.n_train, self.n_val = self.max_train, self.max_val
-        self.progress = progress
-        self.text_field = str(cfg.get("text_field") or "text")
-        self._offline: bool | None = None
-        self._paths: dict[str, Path] = {}
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return {
-            "hub_id": self.hub_id,
-            "revision": self.revision,
-            "version": self.version,
-            "max_train_stories": self.max_train,
-            "max_val_stories": self.max_val,
-        }
-
-    def _fail(self, exc: BaseException) -> UserError:
-        if self._offline:
-            return UserError(OFFLINE_MESSAGE.format(why=", and it is not in the Hugging Face cache"))
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        return UserError(
-            f"Could not load {self.hub_id} (revision {self.revision}) from the Hugging Face Hub ({first}); check "
-            "data.hub_id, data.revision and the connection, or point data.path=DIR at a downloaded copy."
-        )
-
-    def _call(self, fn: Callable[[], Any]) -> Any:
-        if self._offline is None:
-            self._offline = not hub_reachable()
-            if self._offline:
-                log.info("no connection to the Hugging Face Hub: trying its local cache only")
-        if not self.progress:
-            with contextlib.suppress(Exception):
-                import datasets
-                import huggingface_hub.utils
-
-                datasets.disable_progress_bars()
-                huggingface_hub.utils.disable_progress_bars()
-        try:
-            with _hub_offline(self._offline):
-                return fn()
-        except UserError:
-            raise
-        except Exception as exc:  # network, missing cache, unknown repo: all the user's to fix
-            raise self._fail(exc) from exc
-
-    def _v1(self, split: str, limit: int | None) -> Iterator[str]:
-        def load() -> Any:
-            import datasets
-
-            ds = datasets.load_dataset(self.hub_id, revision=self.revision, split=split)
-            return ds.select(range(min(limit, len(ds)))) if limit is not None else ds
-
-        ds = self._call(load)
-        for batch in ds.iter(batch_size=4096):
-            for text in batch[self.text_field]:
-                if text and (text := text.strip()):
-                    yield text
-
-    def _v2(self, which: int, limit: int | None) -> Iterator[str]:
-        filename = OFFICIAL_TXT["v2"][which]
-        if filename not in self._paths:
-
-            def fetch() -> Path:
-                from huggingface_hub import hf_hub_download
-
-                return Path(
-                    hf_hub_download(self.hub_id, filename, repo_type="dataset", revision=self.revision)
-                )
-
-            self._paths[filename] = self._call(fetch)
-        return itertools.islice(read_txt(self._paths[filename], SEPARATOR), limit)
-
-    def train_texts(self) -> Iterator[str]:
-        return self._v1("train", self.max_train) if self.version == "v1" else self._v2(0, self.max_train)
-
-    def val_texts(self) -> Iterator[str]:
-        return self._v1("validation", self.max_val) if self.version == "v1" else self._v2(1, self.max_val)
-
-    def info(self) -> dict[str, Any]:
-        return {"source": f"{self.hub_id}@{self.revision} from the Hugging Face Hub ({self.version})"}
