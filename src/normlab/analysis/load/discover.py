@@ -1,0 +1,102 @@
+"""Finding run directories: the run-directory contract's file names, and the search through sweeps."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from normlab.metrics import names
+
+# File names of the run-directory contract (the training side defines them in normlab.train.run; they
+# are repeated here so that analysis does not import torch).
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CONFIG_FILE = ".hydra/config.yaml"
+HYDRA_FILE = ".hydra/hydra.yaml"
+RUN_MARKERS = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE)
+# Subdirectories of a run that never hold runs themselves.
+SKIP_DIRS = {".hydra", "checkpoints", "spikes", "wandb", "report", "__pycache__"}
+
+SEED_KEY = "seed"
+# Config keys that never define a variant: run names (derived from the rest), bookkeeping, speed-only knobs.
+NON_VARIANT_KEYS = (
+    "name",
+    "experiment",
+    "experiment_name",
+    "train.resume",
+    "train.progress",
+    "train.sample_prompt",
+    "train.sample_tokens",
+    "train.ckpt_every",
+    "train.flush_every",
+    "train.num_threads",
+    "data.cache_dir",
+)
+NON_VARIANT_PREFIXES = ("logger", "hydra")
+# Groups whose chosen value is shown bare in variant labels ("ln, pre" rather than "norm=ln, placement=pre").
+BARE_LABEL_KEYS = ("norm.name", "placement.name")
+
+# summary.json fields read into `RunSet.runs`: the shared outcome fields, plus those other parts of the
+# harness add (the corpus's unigram baseline and whether the run learned, where the spike detector starts
+# watching, MFU); older runs without them read as missing.
+SUMMARY_FIELDS = tuple(
+    dict.fromkeys((*names.SUMMARY_FIELDS, "baseline_unigram_loss", "learned", "spike_watch_start", "mfu"))
+)
+# summary.json fields that mirror config keys: used when .hydra/config.yaml is missing.
+SUMMARY_TO_CONFIG = {
+    "norm": "norm.name",
+    "placement": "placement.name",
+    "depth": "depth",
+    "warmup_steps": "warmup_steps",
+    "seed": "seed",
+    "name": "name",
+}
+
+MISSING = "<missing>"
+
+
+class NoRunsFound(ValueError):
+    """None of the given paths is, or contains, a run directory."""
+
+
+class UnknownKey(ValueError):
+    """A config key asked for (grid axis, group_by) is not in the runs, or is ambiguous."""
+
+
+# ----------------------------------------------------------------------------------------------- discovery
+
+
+def is_run_dir(path: Path) -> bool:
+    return any((path / marker).is_file() for marker in RUN_MARKERS)
+
+
+def _natural_key(path: Path) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Every run directory at or under `paths`, in natural order (job 2 before job 10), without repeats."""
+    found: dict[Path, None] = {}
+    for raw in paths:
+        root = Path(raw)
+        if not root.exists():
+            raise FileNotFoundError(f"{root} does not exist")
+        if is_run_dir(root):
+            found[root.resolve()] = None
+            continue
+        stack = [root]
+        hits = []
+        while stack:
+            d = stack.pop()
+            for child in d.iterdir():
+                if not child.is_dir() or child.name in SKIP_DIRS:
+                    continue
+                if is_run_dir(child):
+                    hits.append(child)
+                else:
+                    stack.append(child)
+        for hit in sorted(hits, key=_natural_key):
+            found[hit.resolve()] = None
+    return list(found)
