@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import math
 import signal
 import sys
 import time
@@ -47,7 +46,7 @@ from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.spikes import SpikeConfig
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.model import block_formula
-from normlab.train import checkpoint, flops
+from normlab.train import checkpoint, flops, outcome
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import LoopResult, Trainer
 from normlab.train.sample import generate
@@ -59,7 +58,6 @@ log = logging.getLogger("normlab")
 METRICS_FILE = "metrics.jsonl"
 SAMPLE_FILE = "sample.txt"
 LOCK_FILE = ".run.lock"
-FINAL_LOSS_WINDOW = 10  # final_train_loss averages this many last steps: one batch's loss is noisy
 # OSErrors that mean "the disk", not a bug: full, over quota, read-only, gone
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
 
@@ -293,16 +291,7 @@ class Run:
             lines, _ = read_rows(path)
         except OSError:
             return {}
-        rows = [r for r in map(json.loads, lines) if r["step"] < before]
-        losses = [r[names.LOSS] for r in rows if _finite(r.get(names.LOSS))]
-        vals = [r[names.VAL_LOSS] for r in rows if _finite(r.get(names.VAL_LOSS))]
-        speeds = [r[names.TOKENS_PER_S] for r in rows if _finite(r.get(names.TOKENS_PER_S))]
-        tail = losses[-FINAL_LOSS_WINDOW:]
-        return {
-            "final_train_loss": sum(tail) / len(tail) if tail else None,
-            "best_val_loss": min(vals) if vals else None,
-            "tokens_per_s": _mean(speeds),
-        }
+        return outcome.from_rows([json.loads(line) for line in lines], before)
 
     def exit_code(self) -> int:
         """The process exit code this run's ending asks for: 128 + signal number when interrupted, else 0
@@ -442,23 +431,20 @@ class Run:
     def _finish(self, trainer: Trainer, result: LoopResult, previous: list[dict[str, Any]]) -> None:
         """Checkpoint, then the summary: both atomic, both before anything else can go wrong."""
         self._checkpoint(trainer)
-        tcfg = self.cfg["train"]
-        earlier_losses = [r[names.LOSS] for r in previous if isinstance(r.get(names.LOSS), float)]
-        losses = [v for v in earlier_losses + result.train_losses if math.isfinite(v)]
-        earlier_vals = [r[names.VAL_LOSS] for r in previous if isinstance(r.get(names.VAL_LOSS), float)]
-        vals = [v for v in earlier_vals + list(result.val_losses.values()) if math.isfinite(v)]
-        final_val = result.val_losses.get(result.steps) if result.status == "completed" else None
-        tail = losses[-FINAL_LOSS_WINDOW:]
+        numbers = outcome.after_training(
+            previous,
+            result.train_losses,
+            result.val_losses.values(),
+            result.tokens_per_s,
+            self.cfg["train"]["flush_every"],
+        )
         fields: dict[str, Any] = dict(
             status=result.status,
             steps=result.steps,
             diverged_at=result.diverged_at,
-            final_train_loss=sum(tail) / len(tail) if tail else None,
-            final_val_loss=final_val,
-            best_val_loss=min(vals) if vals else None,
-            learned=did_learn(min(vals) if vals else None, self.summary.baseline_unigram_loss),
-            # the first window includes start-up; measure speed after it when there is more than one
-            tokens_per_s=_mean(result.tokens_per_s[tcfg["flush_every"] :] or result.tokens_per_s),
+            final_val_loss=result.val_losses.get(result.steps) if result.status == "completed" else None,
+            learned=did_learn(numbers["best_val_loss"], self.summary.baseline_unigram_loss),
+            **numbers,
             **trainer.monitor.summary(),
         )
         fields["mfu"] = flops.mfu(fields["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops)
@@ -494,11 +480,3 @@ class Run:
         if setting == "auto":
             return sys.stderr.isatty()
         return bool(setting)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, float) and math.isfinite(value)
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
