@@ -19,6 +19,7 @@ joins them into a process group (gloo on CPU, nccl on CUDA). How a run uses it (
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import os
 from collections.abc import Sequence
@@ -117,7 +118,15 @@ def from_env(backend: str | None = None) -> Dist:
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         torch_dist.init_process_group(backend=backend, timeout=dt.timedelta(minutes=30))
+        # leave the group before the interpreter tears down: a gloo/nccl thread still running at exit
+        # aborts the process ("terminate called without an active exception")
+        atexit.register(_leave)
     return current()
+
+
+def _leave() -> None:
+    if torch_dist.is_initialized():
+        torch_dist.destroy_process_group()
 
 
 def shared_run_dir_override(argv: Sequence[str], dist: Dist, now: dt.datetime | None = None) -> list[str]:
