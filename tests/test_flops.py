@@ -47,3 +47,20 @@ def test_peak_table_prefers_the_specific_name():
     names = list(flops.PEAK_FLOPS)
     assert names.index("H100 PCIe") < names.index("H100") and names.index("L40S") < names.index("L4")
     assert flops.PEAK_FLOPS["H100"]["bf16"] == 989e12 and flops.PEAK_FLOPS["A100"]["bf16"] == 312e12
+
+
+@pytest.mark.parametrize(
+    ("name", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989e12),
+        ("NVIDIA H100 PCIe", 756e12),
+        ("NVIDIA H100 NVL", 835e12),
+        ("NVIDIA L40S", 362e12),
+        ("NVIDIA L40", 181e12),
+        ("NVIDIA L4", 121e12),
+        ("NVIDIA A100-SXM4-80GB", 312e12),
+        ("NVIDIA GeForce RTX 4090", None),
+    ],
+)
+def test_device_names_find_their_own_peak(name, peak):
+    assert flops.lookup_peak(name, "bf16") == peak

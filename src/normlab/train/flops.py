@@ -24,18 +24,22 @@ nothing is looked up).
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
 # Dense peak FLOP/s by (device-name fragment, precision). bf16/fp16: tensor cores; fp32: TF32 tensor
-# cores, which normlab enables on CUDA (train.loop). NVIDIA data sheets: A100 (SXM/PCIe, 2020),
-# H100 (SXM and PCIe, 2023), H200 (2024), L4 and L40S (2023).
+# cores, which normlab enables on CUDA (train.run). NVIDIA data sheets: A100 (SXM/PCIe, 2020),
+# H100 (SXM, PCIe and NVL, 2023), H200 (2024), L4, L40 and L40S (2023).
 PEAK_FLOPS: dict[str, dict[str, float]] = {
     "H200": {"bf16": 989e12, "fp16": 989e12, "fp32": 494e12},
+    "H100 NVL": {"bf16": 835e12, "fp16": 835e12, "fp32": 417e12},
     "H100 PCIe": {"bf16": 756e12, "fp16": 756e12, "fp32": 378e12},
     "H100": {"bf16": 989e12, "fp16": 989e12, "fp32": 494e12},  # SXM; also "H100 80GB HBM3"
     "A100": {"bf16": 312e12, "fp16": 312e12, "fp32": 156e12},
     "L40S": {"bf16": 362e12, "fp16": 362e12, "fp32": 183e12},
+    "L40": {"bf16": 181e12, "fp16": 181e12, "fp32": 90e12},
     "L4": {"bf16": 121e12, "fp16": 121e12, "fp32": 60e12},
 }
 
@@ -69,9 +73,17 @@ def peak_flops(device: torch.device, precision: str, override: float | None = No
         return float(override)
     if device.type != "cuda" or not torch.cuda.is_available():
         return None
-    name = torch.cuda.get_device_name(device)
-    for fragment, peaks in PEAK_FLOPS.items():  # most specific first (H100 PCIe before H100)
-        if fragment in name:
+    return lookup_peak(torch.cuda.get_device_name(device), precision)
+
+
+def lookup_peak(device_name: str, precision: str) -> float | None:
+    """The table's peak for a device name such as "NVIDIA H100 80GB HBM3": the first entry whose words
+    all appear as whole words (so "L4" is not an "L40S", nor "H100" an "H100 NVL"; the table lists the
+    most specific names first)."""
+    words = re.findall(r"[A-Za-z0-9]+", device_name)
+    for entry, peaks in PEAK_FLOPS.items():
+        wanted = entry.split()
+        if any(words[i : i + len(wanted)] == wanted for i in range(len(words))):
             return peaks.get(precision)
     return None
 
