@@ -125,8 +125,18 @@ def from_env(backend: str | None = None) -> Dist:
 
 
 def _leave() -> None:
-    if torch_dist.is_initialized():
-        torch_dist.destroy_process_group()
+    """Every rank leaves together: rank 0 finishes later (it writes the files and the sample), and a rank
+    that tears down while another still holds the group's connections can abort in gloo's destructor."""
+    if not torch_dist.is_initialized():
+        return
+    try:
+        if torch_dist.get_backend() == "gloo":
+            torch_dist.monitored_barrier(timeout=dt.timedelta(minutes=5))
+        else:
+            torch_dist.barrier()
+    except Exception:  # a rank that died: nothing to wait for
+        pass
+    torch_dist.destroy_process_group()
 
 
 def shared_run_dir_override(argv: Sequence[str], dist: Dist, now: dt.datetime | None = None) -> list[str]:
