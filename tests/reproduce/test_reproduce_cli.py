@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from normlab.analysis import profile_norm
 from normlab.analysis.findings import CORE, FINDINGS
 from normlab.analysis.findings_report import REPORT_FILE
 from normlab.analysis.reproduce import main, resolve_names
 from normlab.analysis.verdicts import VERDICTS
+from normlab.bench import profile_norm
 
 
 def test_reproduce_runs_the_preset_and_writes_the_report(tiny_reproduction):

@@ -140,7 +140,7 @@ def run_preset(
     if rc != 0:
         print(f"    the sweep exited with status {rc}; see {log_path}", file=sys.stderr)
     if "profile" in finding.extras and rc == 0:
-        from normlab.analysis import profile_norm
+        from normlab.bench import profile_norm
 
         t1 = time.perf_counter()
         # Hydra's own settings (hydra.launcher.n_jobs=…) mean nothing outside a Hydra run

@@ -17,8 +17,8 @@ Also an analytic FLOP share: normalization ≈ 8 FLOPs per element per forward (
 subtract, square, mean, rsqrt, multiply, scale, shift; RMSNorm a few fewer) against the matmul and
 attention FLOPs counted by `torch.utils.flop_counter`.
 
-    python -m normlab.analysis.profile_norm                      # the rmsnorm_speed preset's model
-    python -m normlab.analysis.profile_norm model=small depth=12 --blocks 12
+    python -m normlab.bench.profile_norm                      # the rmsnorm_speed preset's model
+    python -m normlab.bench.profile_norm model=small depth=12 --blocks 12
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m normlab.analysis.profile_norm",
+        prog="python -m normlab.bench.profile_norm",
         description="Share of a training step spent in normalization (torch.profiler) and LayerNorm vs "
         "RMSNorm step time (ABBA-interleaved), single-threaded on the CPU.",
     )
