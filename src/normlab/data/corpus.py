@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from normlab.errors import UserError
 
 from . import cache
-from .sources import Source, SyntheticSource, _positive_int
+from .sources import Source, SyntheticSource, positive_int
 from .tokenizer import EOT, decode_text, load_tokenizer_file, train_bpe
 
 log = logging.getLogger(__name__)
@@ -88,8 +88,8 @@ def tokenizer_spec(cfg: dict[str, Any]) -> dict[str, Any]:
         load_tokenizer_file(p)  # a clear error now for a missing or unreadable file
         return {"file_sha256": cache.sha256_file(p)}
     return {
-        "bpe_vocab_size": _positive_int(cfg, "vocab_size", 4096),
-        "train_stories": _positive_int(cfg, "tokenizer_train_stories", None, allow_null=True),
+        "bpe_vocab_size": positive_int(cfg, "vocab_size", 4096),
+        "train_stories": positive_int(cfg, "tokenizer_train_stories", None, allow_null=True),
     }
 
 

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 from normlab.errors import UserError
 
 from .local import OFFICIAL_TXT, SEPARATOR, read_txt
-from .sources import Source, _positive_int
+from .sources import Source, positive_int
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,8 @@ class HubSource(Source):
         self.hub_id = str(cfg.get("hub_id") or "roneneldan/TinyStories")
         self.revision = str(cfg.get("revision") or "main")
         self.version = version
-        self.max_train = _positive_int(cfg, "max_train_stories", None, allow_null=True)
-        self.max_val = _positive_int(cfg, "max_val_stories", None, allow_null=True)
+        self.max_train = positive_int(cfg, "max_train_stories", None, allow_null=True)
+        self.max_val = positive_int(cfg, "max_val_stories", None, allow_null=True)
         self.n_train, self.n_val = self.max_train, self.max_val
         self.progress = progress
         self.text_field = str(cfg.get("text_field") or "text")

@@ -31,7 +31,7 @@ from typing import Any
 from normlab.errors import UserError
 
 from .cache import absolute
-from .sources import Source, _positive_int
+from .sources import Source, positive_int
 
 log = logging.getLogger(__name__)
 
@@ -273,8 +273,8 @@ class FileSource(Source):
         self.layout = layout
         self.text_field = str(cfg.get("text_field") or "text")
         self.separator = SEPARATOR if name == "tinystories" else (cfg.get("separator") or None)
-        self.max_train = _positive_int(cfg, "max_train_stories", None, allow_null=True)
-        self.max_val = _positive_int(cfg, "max_val_stories", None, allow_null=True)
+        self.max_train = positive_int(cfg, "max_train_stories", None, allow_null=True)
+        self.max_val = positive_int(cfg, "max_val_stories", None, allow_null=True)
         self.val_every = None if layout.val else max(2, round(1 / float(val_fraction or 0.01)))
         self.n_train = self.max_train
         self.n_val = self.max_val

@@ -37,7 +37,7 @@ class Source:
         return {}
 
 
-def _positive_int(
+def positive_int(
     cfg: dict[str, Any], key: str, default: int | None = None, *, allow_null: bool = False
 ) -> Any:
     from normlab.errors import UserError
@@ -66,8 +66,8 @@ class SyntheticSource(Source):
     name = "synthetic"
 
     def __init__(self, cfg: dict[str, Any], progress: bool = True) -> None:
-        self.n_train = _positive_int(cfg, "n_train_stories", 50_000)
-        self.n_val = _positive_int(cfg, "n_val_stories", 2_000)
+        self.n_train = positive_int(cfg, "n_train_stories", 50_000)
+        self.n_val = positive_int(cfg, "n_val_stories", 2_000)
         self.seed = int(cfg.get("corpus_seed", 1234))
         self.progress = progress
         self._train: list[str] | None = None

@@ -87,7 +87,7 @@ def run_tags(cfg: Mapping[str, Any]) -> list[str]:
         cfg["placement"]["name"],
         f"L{cfg['depth']}",
         f"w{cfg['warmup_steps']}",
-        *cfg["logger"].get("tags", []),
+        *cfg["logger"].get("tags", []),  # logger=none has no tags
     ]
     experiment = cfg.get("experiment_name", cfg.get("experiment"))
     if isinstance(experiment, str):
@@ -223,13 +223,13 @@ class WandbSink:
             return None
         try:
             base_url = wandb.Settings().base_url  # the server W&B would use (WANDB_BASE_URL or its default)
-            mode = resolve_mode(lcfg.get("mode", "auto"), base_url)
+            mode = resolve_mode(lcfg["mode"], base_url)
         except Exception as e:
             log.warning("W&B off: %s", e)
             return None
         if mode == "disabled":
             return None
-        job_type = lcfg.get("job_type") or variant_name(cfg, swept_keys(), hydra_choices())
+        job_type = lcfg["job_type"] or variant_name(cfg, swept_keys(), hydra_choices())
 
         def start() -> Any:
             run = None
@@ -255,16 +255,16 @@ class WandbSink:
         lcfg = cfg["logger"]
         settings = wandb.Settings(
             mode=mode,
-            init_timeout=float(lcfg.get("init_timeout", 30)),
-            finish_timeout=float(lcfg.get("finish_timeout", 120)),
-            x_disable_stats=not lcfg.get("system_stats", False),
+            init_timeout=float(lcfg["init_timeout"]),
+            finish_timeout=float(lcfg["finish_timeout"]),
+            x_disable_stats=not lcfg["system_stats"],
             console="off",  # leave stdout/stderr (and the progress bar) alone
             silent=True,  # we print the one line that matters ourselves
             reinit="finish_previous",  # jobs of a multirun in one process each get their own run
         )
         run = wandb.init(
-            project=lcfg.get("project", "normlab"),
-            entity=lcfg.get("entity"),
+            project=lcfg["project"],
+            entity=lcfg["entity"],
             name=cfg["name"],
             group=group,
             job_type=job_type,
