@@ -1,0 +1,83 @@
+"""The YAML under configs/ is where a default is written; code that also needs a value when a key is left
+out (library calls with a partial spec, dataclasses built directly) must agree with it. A changed YAML
+default without its code twin, or the reverse, fails here by name."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch.nn as nn
+from omegaconf import OmegaConf
+
+from normlab.configs import CONFIG_DIR
+from normlab.data.corpus import tokenizer_spec
+from normlab.data.hub import HubSource
+from normlab.data.sources import SyntheticSource
+from normlab.metrics.divergence import DivergenceConfig
+from normlab.metrics.instruments import InstrumentConfig
+from normlab.metrics.spikes import SpikeConfig
+from normlab.model.norms import NORMS, build_norm
+
+
+def yaml_defaults(group: str, option: str = "default") -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / group / f"{option}.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("config_class", "group"),
+    [(SpikeConfig, "spikes"), (DivergenceConfig, "divergence"), (InstrumentConfig, "metrics")],
+)
+def test_config_dataclass_defaults_are_the_yaml_defaults(config_class, group):
+    yaml = yaml_defaults(group)
+    fields = {f.name: f.default for f in dataclasses.fields(config_class)}
+    # metrics.model_update is `auto` in YAML, resolved to a bool per run before InstrumentConfig is built
+    shared = sorted(set(fields) & set(yaml) - {"model_update"})
+    assert shared, f"{config_class.__name__} shares no key with configs/{group}/default.yaml"
+    assert {k: fields[k] for k in shared} == {k: yaml[k] for k in shared}
+    if config_class is not InstrumentConfig:  # the YAML also holds `enabled` and `probe_batch`
+        assert set(fields) == set(yaml)
+
+
+def norm_settings(module: nn.Module) -> dict:
+    return {k: getattr(module, k) for k in ("eps", "momentum", "sync") if hasattr(module, k)} | {
+        "bias": getattr(module, "bias", None) is not None
+    }
+
+
+@pytest.mark.parametrize("name", sorted(NORMS))
+def test_a_norm_built_without_settings_uses_its_yaml_defaults(name):
+    spec = yaml_defaults("norm", name)
+    assert spec["name"] == name
+    from_yaml = build_norm(16, spec, context_length=8)
+    bare = build_norm(16, {"name": name}, context_length=8)
+    assert type(bare) is type(from_yaml)
+    assert norm_settings(bare) == norm_settings(from_yaml)
+
+
+def test_synthetic_corpus_defaults_are_the_yaml_defaults():
+    yaml = yaml_defaults("data", "synthetic")
+    bare = SyntheticSource({})
+    assert (bare.n_train, bare.n_val, bare.seed) == (
+        yaml["n_train_stories"],
+        yaml["n_val_stories"],
+        yaml["corpus_seed"],
+    )
+
+
+def test_hub_defaults_are_the_yaml_defaults():
+    yaml = yaml_defaults("data", "tinystories")
+    bare = HubSource({}, "v2", progress=False)
+    assert (bare.hub_id, bare.revision, bare.text_field) == (
+        yaml["hub_id"],
+        yaml["revision"],
+        yaml["text_field"],
+    )
+
+
+@pytest.mark.parametrize("option", ["synthetic", "tinystories", "text"])
+def test_tokenizer_defaults_are_the_yaml_defaults(option):
+    yaml = yaml_defaults("data", option)
+    assert tokenizer_spec({}) == tokenizer_spec(
+        {k: yaml[k] for k in ("vocab_size", "tokenizer_train_stories")}
+    )
