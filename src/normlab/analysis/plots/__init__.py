@@ -12,6 +12,9 @@ in scripts and display inline in a notebook. What every figure does so that it h
 - step axes have integer ticks and end at the run's true last step;
 - spikes flagged by the detector are marked, and the steps before it starts testing are shaded;
 - panels whose ranges differ by more than RANGE_RATIO get their own y scale (or a log scale).
+
+Modules: `style` (constants, variant styles, legends), `axes` (what is drawn on an Axes), `series` (which
+numbers a line shows), then the figures: `curves`, `layers` (per-block profiles), `grids`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from normlab.analysis.plots.axes import log_y, step_ticks
 from normlab.analysis.plots.curves import (
     plot_attn_max_logit,
     plot_grad_norm,
@@ -31,7 +35,7 @@ from normlab.analysis.plots.curves import (
 )
 from normlab.analysis.plots.grids import GridCell, grid_cells, plot_grid
 from normlab.analysis.plots.layers import plot_act_rms, plot_grad_heatmap, plot_grad_profile_init
-from normlab.analysis.plots.style import DPI, NoData, ReportFigure, coinciding, log_y, step_ticks
+from normlab.analysis.plots.style import DPI, NoData, ReportFigure, coinciding
 
 __all__ = [
     "DPI",

@@ -14,11 +14,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from normlab.analysis.load import RunSet, short_names, sortable, variant_label
-from normlab.analysis.plots.style import (
-    NoData,
-    new_figure,
-    panel_grid,
-)
+from normlab.analysis.plots.axes import panel_grid
+from normlab.analysis.plots.style import NoData, new_figure
 from normlab.analysis.stats import finite
 
 # ---------------------------------------------------------------------------------------------- grid

@@ -10,6 +10,15 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from normlab.analysis.load import RunSet
+from normlab.analysis.plots.axes import (
+    color_title,
+    last_step,
+    log_y,
+    mark_duplicate_panels,
+    panel_grid,
+    step_ticks,
+)
+from normlab.analysis.plots.series import agg_note, layer_means, matrix_groups, runs_of, variants_with
 from normlab.analysis.plots.style import (
     BAND_ALPHA,
     LAYER_LABEL,
@@ -17,24 +26,13 @@ from normlab.analysis.plots.style import (
     NoData,
     Style,
     add_legend,
-    agg_note,
     coincide_handles,
     coinciding,
-    color_title,
-    last_step,
-    layer_means,
-    log_y,
-    mark_duplicate_panels,
-    matrix_groups,
     metric_family,
     n_label,
     new_figure,
-    panel_grid,
-    runs_of,
-    step_ticks,
     variant_handles,
     variant_styles,
-    variants_with,
 )
 from normlab.analysis.stats import finite, layer_columns
 from normlab.metrics import names
