@@ -804,7 +804,7 @@ CLOSERS_BACK = ("And that is how {N} got {his} {o} back.", "{N} never lost sight
 # Characters
 # ----------------------------------------------------------------------------------------------------
 
-_PRONOUNS = {
+PRONOUNS = {
     "f": {"he": "she", "him": "her", "his": "her", "himself": "herself"},
     "m": {"he": "he", "him": "him", "his": "his", "himself": "himself"},
 }
