@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
+from tiny_run import CORPUS, LOOP
 
 from normlab.config.compose import compose_config
 
@@ -16,19 +17,12 @@ CONFIGS = ROOT / "configs"
 # A tiny model on a tiny slice of the embedded corpus: every knob still goes through the real config tree.
 TINY = [
     "model=tiny",
-    "logger=none",
-    "data=synthetic",
-    "data.n_train_stories=400",
-    "data.n_val_stories=40",
-    "data.vocab_size=512",
+    *LOOP,
+    *CORPUS,
     "train.batch_size=8",
-    "train.seq_len=32",
     "train.max_steps=3",
     "train.eval_every=0",
-    "train.eval_batches=2",
     "train.sample_tokens=4",
-    "train.progress=false",
-    "depth=2",
     "warmup_steps=2",
 ]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as torch_dist
+from tiny_run import CORPUS, LOOP
 
 from normlab import distributed
 from normlab.distributed import Dist
@@ -23,19 +24,12 @@ TOLERANCE = 1e-4
 STEPS = 20
 COMMON = [
     "model=tiny",
-    "logger=none",
-    "data=synthetic",
-    "data.n_train_stories=400",
-    "data.n_val_stories=40",
-    "data.vocab_size=512",
-    "train.seq_len=32",
+    *LOOP,
+    *CORPUS,
     f"train.max_steps={STEPS}",
     "train.eval_every=10",
-    "train.eval_batches=2",
     "train.sample_tokens=4",
-    "train.progress=false",
     "train.ckpt_every=10",
-    "depth=2",
     "warmup_steps=5",
 ]
 

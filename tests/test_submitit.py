@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_run import CORPUS, LOOP
 
 from normlab import launchers
 from normlab.train.signals import Reaction
@@ -23,19 +24,12 @@ COMMON = [
     "hydra/launcher=submitit_local",
     "hydra.launcher.timeout_min=10",
     "model=tiny",
-    "logger=none",
-    "data=synthetic",
-    "data.n_train_stories=400",
-    "data.n_val_stories=40",
-    "data.vocab_size=512",
+    *LOOP,
+    *CORPUS,
     "train.batch_size=4",
-    "train.seq_len=32",
     "train.eval_every=0",
-    "train.eval_batches=2",
     "train.sample_tokens=0",
-    "train.progress=false",
     "train.num_threads=1",
-    "depth=2",
     "warmup_steps=2",
 ]
 

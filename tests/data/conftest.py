@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-# the helpers next to this file must be importable by name, also from spawned child processes
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from data_helpers import write_layout  # noqa: E402
+from data_helpers import write_layout
 
 
 @pytest.fixture

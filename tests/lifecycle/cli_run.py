@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tiny_run import CORPUS, LOOP
+
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "train.py"
 
@@ -14,18 +16,14 @@ TRAIN = ROOT / "train.py"
 # test can pick another corpus).
 BASE = [
     "model=tiny",
-    "logger=none",
+    *LOOP,
     "train.batch_size=8",
-    "train.seq_len=32",
     "train.max_steps=3",
     "train.eval_every=0",
-    "train.eval_batches=2",
     "train.sample_tokens=0",
-    "train.progress=false",
-    "depth=2",
     "warmup_steps=2",
 ]
-SYNTHETIC = ["data=synthetic", "data.n_train_stories=400", "data.n_val_stories=40"]
+SYNTHETIC = CORPUS
 
 
 @dataclass

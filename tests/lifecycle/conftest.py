@@ -8,10 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli_run
-
-from cli_run import TRAIN, CliRun, base_overrides  # noqa: E402
+from cli_run import TRAIN, CliRun, base_overrides
 
 from normlab.config.compose import compose_config
 

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # wandb_records
-
-from normlab.model import GPT  # noqa: E402
-from normlab.train.loop import Trainer  # noqa: E402
+from normlab.model import GPT
+from normlab.train.loop import Trainer
 
 VOCAB = 97
 TRAIN_CFG = {

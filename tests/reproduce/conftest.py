@@ -8,27 +8,19 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # reproduce_crafted
+from tiny_run import CORPUS, LOOP
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # Sizes every preset down to seconds; the preset's own sweep (placements, seeds, …) is kept.
 TINY = [
-    "logger=none",
-    "data=synthetic",
-    "data.n_train_stories=400",
-    "data.n_val_stories=40",
-    "data.vocab_size=512",
+    *LOOP,
+    *CORPUS,
     "train.batch_size=8",
-    "train.seq_len=32",
     "train.max_steps=4",
     "train.eval_every=2",
-    "train.eval_batches=2",
     "train.sample_tokens=0",
-    "train.progress=false",
     "metrics.every=2",
-    "depth=2",
     "warmup_steps=2",
 ]
 
