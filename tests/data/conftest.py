@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from data_helpers import write_layout
+
+import normlab.data.cache as cache_mod
 
 
 @pytest.fixture
@@ -19,3 +22,17 @@ def layout_dir(tmp_path: Path):
         return root, write_layout(root, layout, n_train, n_val, seed)
 
     return make
+
+
+@pytest.fixture
+def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every cache build, recorded by wrapping the one function that builds an entry."""
+    builds: list[Path] = []
+    real = cache_mod.build_entry
+
+    def counting(entry: Path, *args: Any, **kwargs: Any) -> Any:
+        builds.append(entry)
+        return real(entry, *args, **kwargs)
+
+    monkeypatch.setattr(cache_mod, "build_entry", counting)
+    return builds

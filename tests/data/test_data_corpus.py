@@ -31,20 +31,6 @@ def small_cfg(cache_dir: Path, **over: Any) -> dict[str, Any]:
     return cfg
 
 
-@pytest.fixture
-def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Every cache build, recorded by wrapping the one function that builds an entry."""
-    builds: list[Path] = []
-    real = cache_mod.build_entry
-
-    def counting(entry: Path, *args: Any, **kwargs: Any) -> Any:
-        builds.append(entry)
-        return real(entry, *args, **kwargs)
-
-    monkeypatch.setattr(cache_mod, "build_entry", counting)
-    return builds
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> TokenCorpus:
     return load_corpus(small_cfg(tmp_path_factory.mktemp("cache")), progress=False)

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from data_helpers import LAYOUTS, write_layout
 
-import normlab.data.cache as cache_mod
 import normlab.data.hub as hub_mod
 from normlab.data import TokenCorpus, load_corpus
 from normlab.data.tokenizer import train_bpe
@@ -48,19 +47,6 @@ def documents(corpus: TokenCorpus, split: str) -> list[str]:
     cuts = np.flatnonzero(stream == corpus.eot_id)
     assert len(cuts) and cuts[-1] == len(stream) - 1
     return [corpus.decode(p[:-1]) for p in np.split(stream, cuts + 1)[:-1]]
-
-
-@pytest.fixture
-def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    builds: list[Path] = []
-    real = cache_mod.build_entry
-
-    def counting(entry: Path, *args: Any, **kwargs: Any) -> Any:
-        builds.append(entry)
-        return real(entry, *args, **kwargs)
-
-    monkeypatch.setattr(cache_mod, "build_entry", counting)
-    return builds
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
