@@ -38,12 +38,9 @@ NON_VARIANT_PREFIXES = ("logger", "hydra")
 # Groups whose chosen value is shown bare in variant labels ("ln, pre" rather than "norm=ln, placement=pre").
 BARE_LABEL_KEYS = ("norm.name", "placement.name")
 
-# summary.json fields read into `RunSet.runs`: the shared outcome fields, plus those other parts of the
-# harness add (the corpus's unigram baseline and whether the run learned, where the spike detector starts
-# watching, MFU); older runs without them read as missing.
-SUMMARY_FIELDS = tuple(
-    dict.fromkeys((*names.SUMMARY_FIELDS, "baseline_unigram_loss", "learned", "spike_watch_start", "mfu"))
-)
+# summary.json fields read into `RunSet.runs`: the outcome fields RunSummary declares (normlab.train.summary);
+# older runs without some of them read as missing.
+SUMMARY_FIELDS = names.SUMMARY_FIELDS
 # summary.json fields that mirror config keys: used when .hydra/config.yaml is missing.
 SUMMARY_TO_CONFIG = {
     "norm": "norm.name",
