@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from normlab.metrics import names
+from normlab.train.summary import RunSummary
 
 MAX_STEPS = 20
 EVAL_EVERY = 10
@@ -123,27 +124,18 @@ def write_run(run_dir: Path, s: dict[str, Any]) -> None:
         yaml.safe_dump({"hydra": {"run": {"dir": "${now:%H}"}, "runtime": {"choices": choices}}})
     )
     name = f"{s['norm']}-{s['placement']}-L{s['depth']}-w{s['warmup']}-s{s['seed']}"
-    summary: dict[str, Any] = {
-        "status": s["status"],
-        "steps": 0,
-        "final_train_loss": None,
-        "final_val_loss": None,
-        "best_val_loss": None,
-        "n_spikes": 0,
-        "spike_steps": [],
-        "diverged_at": None,
-        "tokens_per_s": None,
-        "n_params": None,
-        "norm": s["norm"],
-        "placement": s["placement"],
-        "depth": s["depth"],
-        "warmup_steps": s["warmup"],
-        "seed": s["seed"],
-        "name": name,
-    }
+    # summary.json as the harness writes it: every field RunSummary declares (normlab.train.summary)
+    summary = RunSummary().update(
+        status=s["status"],
+        norm=s["norm"],
+        placement=s["placement"],
+        depth=s["depth"],
+        warmup_steps=s["warmup"],
+        seed=s["seed"],
+        name=name,
+    )
     if s["status"] == "invalid":
-        summary["reason"] = INVALID_REASON
-        (run_dir / "summary.json").write_text(json.dumps(summary))
+        summary.update(reason=INVALID_REASON).write(run_dir)
         return
     last = s["diverged_at"] if s["status"] == "diverged" else MAX_STEPS - 1
     rows = []
@@ -195,8 +187,8 @@ def write_run(run_dir: Path, s: dict[str, Any]) -> None:
         tokens_per_s=s["tokens_per_s"],
         n_params=s["n_params"],
     )
-    summary.update(s["summary_extra"] or {})  # fields other parts of the harness add (learned, ...)
-    (run_dir / "summary.json").write_text(json.dumps(summary))
+    summary.update(**(s["summary_extra"] or {}))  # fields other parts of the harness add (learned, ...)
+    summary.write(run_dir)
 
 
 def write_sweep(root: Path, specs: list[dict[str, Any]]) -> Path:
