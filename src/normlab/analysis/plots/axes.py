@@ -15,7 +15,8 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from normlab.analysis.load import RunSet
-from normlab.analysis.plots.style import BAND_ALPHA, STEP_LABEL, WATCH_COLOR, Style
+from normlab.analysis.plots.series import curve_xy, smooth_frame
+from normlab.analysis.plots.style import BAND_ALPHA, STEP_LABEL, WATCH_COLOR, Style, variant_styles
 from normlab.metrics import names
 
 
@@ -105,6 +106,26 @@ def draw_band(
             lo = np.maximum(lo, mean * 0.05)
         ax.fill_between(x, lo, hi, where=has_std, color=style.color, alpha=BAND_ALPHA, lw=0)
     return bool(reduced.any())
+
+
+def draw_means(
+    ax, rs: RunSet, stats: pd.DataFrame, *, smooth: int = 1, logy: bool = False, band: bool = True
+) -> tuple[list[str], bool, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """One mean line (`draw_band`) per variant with values, smoothed over `smooth` steps; on a log axis
+    values ≤ 0 are left out. Returns the variants drawn, whether a faded part was drawn, and each
+    variant's unsmoothed curve (for the identical-curve notes)."""
+    styles = variant_styles(rs)
+    shown, faded = [], False
+    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for variant in rs.variants:
+        d = stats[stats["variant"] == variant]
+        if logy:
+            d = d[d["mean"] > 0]
+        if not d.empty:
+            shown.append(variant)
+            curves[variant] = curve_xy(d)
+            faded |= draw_band(ax, smooth_frame(d, smooth), styles[variant], logy=logy, band=band)
+    return shown, faded, curves
 
 
 class PlainLogFormatter(LogFormatter):

@@ -19,6 +19,7 @@ from normlab.analysis.plots.axes import (
     clip_top,
     color_title,
     draw_band,
+    draw_means,
     last_step,
     log_y,
     mark_duplicate_panels,
@@ -129,15 +130,7 @@ def plot_grad_norm(rs: RunSet, *, logx: bool = False, smooth: int | None = None)
     bands = bands_for(stats)
     fig, axes = new_figure(1, 1, width=11.0, height=4.8)
     ax = axes[0, 0]
-    styles = variant_styles(rs)
-    shown, faded = [], False
-    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for variant in rs.variants:
-        d = stats[stats["variant"] == variant]
-        if not d.empty:
-            shown.append(variant)
-            curves[variant] = curve_xy(d)
-            faded |= draw_band(ax, smooth_frame(d, smooth), styles[variant], logy=True, band=bands)
+    shown, faded, curves = draw_means(ax, rs, stats, smooth=smooth, logy=True, band=bands)
     log_y(ax)
     extra: list[Any] = []
     if "train.grad_clip" in rs.runs.columns:
@@ -243,17 +236,7 @@ def plot_model_update(rs: RunSet, *, logx: bool = False) -> Figure:
     logy = range_ratio(maxima) > RANGE_RATIO and (stats["mean"] >= 0).all()
     fig, axes = new_figure(1, 1, width=11.0, height=4.8)
     ax = axes[0, 0]
-    styles = variant_styles(rs)
-    shown, faded = [], False
-    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for variant in rs.variants:
-        d = stats[stats["variant"] == variant]
-        if logy:
-            d = d[d["mean"] > 0]
-        if not d.empty:
-            shown.append(variant)
-            curves[variant] = curve_xy(d)
-            faded |= draw_band(ax, d, styles[variant], band=bands, logy=logy)
+    shown, faded, curves = draw_means(ax, rs, stats, logy=logy, band=bands)
     if logy:
         log_y(ax)
     step_axis(ax, logx, last_step(rs))
