@@ -221,7 +221,7 @@ def checked(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
 
 def check_combinations(cfg: Mapping[str, Any]) -> None:
     """Values that are fine alone but not together."""
-    from normlab.model import InvalidVariant, check_variant
+    from normlab.model.variant import InvalidVariant, check_heads, check_variant
 
     try:
         check_variant(cfg["norm"]["name"], cfg["placement"]["name"])
@@ -234,13 +234,10 @@ def check_combinations(cfg: Mapping[str, Any]) -> None:
             "lower train.seq_len or raise model.context_length.",
             "train.seq_len",
         )
-    if model["d_model"] % model["n_heads"]:
-        divisors = [h for h in range(1, min(model["d_model"], 64) + 1) if model["d_model"] % h == 0]
-        raise InvalidConfig(
-            f"model.d_model={model['d_model']} is not divisible by model.n_heads={model['n_heads']}; "
-            f"pick model.n_heads from {', '.join(map(str, divisors))}.",
-            "model.n_heads",
-        )
+    try:
+        check_heads(model["d_model"], model["n_heads"])
+    except InvalidVariant as e:
+        raise InvalidConfig(str(e), "model.n_heads") from None
     if optim["min_lr"] > optim["lr"]:
         raise InvalidConfig(
             f"optim.min_lr={shown(optim['min_lr'])} is above optim.lr={shown(optim['lr'])}; the schedule decays "

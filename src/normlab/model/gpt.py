@@ -12,7 +12,7 @@ from torch import nn
 
 from normlab.model.norms import NORMS, QK_NORMS, build_norm, build_qk_norm
 from normlab.model.placements import PLACEMENTS, Placement
-from normlab.model.variant import INITS, POSITIONS, InvalidVariant, check_variant
+from normlab.model.variant import INITS, POSITIONS, InvalidVariant, check_heads, check_variant
 
 
 @torch.no_grad()
@@ -38,10 +38,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool, qk_norm: str = "none") -> None:
         super().__init__()
-        if d_model % n_heads:
-            raise InvalidVariant(
-                f"model.d_model={d_model} is not divisible by model.n_heads={n_heads}; pick n_heads dividing d_model."
-            )
+        check_heads(d_model, n_heads)
         self.n_heads = n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)

@@ -27,6 +27,16 @@ def check_variant(norm: str, placement: str) -> None:
         )
 
 
+def check_heads(d_model: int, n_heads: int) -> None:
+    """Raise InvalidVariant, in one sentence naming the valid head counts, if n_heads does not divide d_model."""
+    if d_model % n_heads:
+        divisors = [h for h in range(1, min(d_model, 64) + 1) if d_model % h == 0]
+        raise InvalidVariant(
+            f"model.d_model={d_model} is not divisible by model.n_heads={n_heads}; "
+            f"pick model.n_heads from {', '.join(map(str, divisors))}."
+        )
+
+
 QK_SYMBOLS = {"ln": "LN", "rms": "RMS"}
 
 
