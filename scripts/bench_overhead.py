@@ -35,9 +35,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from normlab.config.compose import compose_config
-from normlab.metrics.monitor import Monitor
 from normlab.metrics.sinks import JsonlSink
-from normlab.metrics.spikes import SpikeConfig
 from normlab.train.loop import Trainer
 
 DEFAULT_OVERRIDES = ["norm=ln", "placement=pre", "depth=6", "logger=none"]
@@ -71,13 +69,14 @@ def make_trainer(cfg: Any, tokens: np.ndarray, metrics_on: bool, out_dir: Path) 
     # a schedule long enough that the benchmark never reaches its end (no final evaluation)
     train = {**c["train"], "max_steps": 10**9, "eval_every": 0, "ckpt_every": 0}
     if metrics_on:
-        metrics = c["metrics"]
-        monitor = Monitor(SpikeConfig(**c["spikes"]), out_dir=out_dir, n_layers=model.n_layers)
-    else:
-        metrics = {**c["metrics"], "enabled": False}
-        monitor = Monitor(SpikeConfig(window=0, history=0), out_dir=None, n_layers=model.n_layers)
+        return Trainer.from_config(
+            c, model, tokens, tokens, torch.device("cpu"), reports_dir=out_dir, train=train
+        )
+    # the bare loop: no instruments, no spike detector, no reports
+    metrics = {**c["metrics"], "enabled": False}
+    spikes = {**c["spikes"], "window": 0, "history": 0}
     return Trainer.from_config(
-        c, model, tokens, tokens, torch.device("cpu"), train=train, metrics=metrics, monitor=monitor
+        c, model, tokens, tokens, torch.device("cpu"), train=train, metrics=metrics, spikes=spikes
     )
 
 
@@ -85,7 +84,7 @@ def run_steps(trainer: Trainer, sink: JsonlSink, steps: int, clock=time.perf_cou
     """Seconds (wall, or `clock`'s) for `steps` training steps (rows flushed at the end, as a pause of
     `fit` does)."""
     start = clock()
-    result = trainer.fit(sink.log, on_checkpoint=lambda: None, stop_at=trainer.step + steps)
+    result = trainer.fit([sink], stop_at=trainer.step + steps)
     elapsed = clock() - start
     if result.status != "completed":
         raise SystemExit(f"the benchmark run diverged ({result.reason}); pick a stable configuration")

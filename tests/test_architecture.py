@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "normlab"
 ALLOWED = {
     "model": set(),
     "data": {"errors", "io"},
-    "metrics": {"model", "io", "train.summary"},
+    "metrics": {"model", "io", "configs", "train.summary"},
     "train": {"model", "data", "metrics", "config", "configs", "distributed", "errors", "io"},
     # reproduce.py runs the norm profiler (bench) next to finding 5's sweep
     "analysis": {"model", "data", "metrics", "train.summary", "config", "configs", "errors", "io", "bench"},

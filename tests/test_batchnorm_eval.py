@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from trainers import config_trainer
 
 from normlab.data import load_corpus
 from normlab.data.batches import sample_windows
 from normlab.model import GPT
 from normlab.model.norms import CausalBatchNorm
-from normlab.train.loop import Trainer
 
 BATCH, SEQ, STEPS = 32, 32, 100
 TOLERANCE = 0.05
@@ -43,20 +43,18 @@ def trained(tmp_path_factory: pytest.TempPathFactory):
     model = GPT(corpus.vocab_size, SEQ, 64, 4, 2, {"name": "bn"}, "post")
     train = {"batch_size": BATCH, "seq_len": SEQ, "grad_accum": 1, "grad_clip": 1.0, "max_steps": STEPS}
     train |= {"eval_every": 0, "eval_batches": 1, "ckpt_every": 0, "precision": "fp32", "flush_every": 50}
-    optim = {"lr": 3e-3, "min_lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}
-    trainer = Trainer(
+    optim = {"lr": 3e-3, "min_lr": 3e-4, "weight_decay": 0.1}
+    trainer = config_trainer(
         model,
         corpus.train,
         corpus.val,
-        train,
-        optim,
-        "cosine",
-        20,
-        0,
-        torch.device("cpu"),
+        train=train,
+        optim=optim,
         metrics={"enabled": False},
+        warmup_steps=20,
+        seed=0,
     )
-    trainer.fit(lambda row: None, lambda: None)
+    trainer.fit()
     rng = torch.Generator().manual_seed(0)
     windows = [sample_windows(corpus.val, BATCH, SEQ, rng) for _ in range(8)]
     return model, windows, corpus.vocab_size

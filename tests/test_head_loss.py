@@ -86,6 +86,7 @@ def test_the_fused_head_gives_the_reference_path_rows(make_cfg, tmp_path):
     import numpy as np
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
+    from trainers import RowCollector as Rows
 
     from normlab.train.loop import Trainer
 
@@ -97,13 +98,15 @@ def test_the_fused_head_gives_the_reference_path_rows(make_cfg, tmp_path):
         torch.manual_seed(0)
         model = instantiate(cfg.model)
         train = {**c["train"], "max_steps": 3, "eval_every": 0}
-        trainer = Trainer(model, tokens, tokens, train, c["optim"], "cosine", 2, 0, torch.device("cpu"))
+        trainer = Trainer.from_config(
+            {**c, "warmup_steps": 2}, model, tokens, tokens, torch.device("cpu"), train=train
+        )
         assert trainer.fused_head
         if not fused:
             trainer.fused_head, trainer.forward = False, model
-        got = []
-        trainer.fit(got.append, on_checkpoint=lambda: None)
-        rows[fused] = [r for r in got if "loss" in r]
+        got = Rows()
+        trainer.fit([got])
+        rows[fused] = got.rows
     assert len(rows[True]) == 3 and "logits/max" in rows[True][0] and "logits/max" not in rows[True][1]
     for a, b in zip(rows[True], rows[False], strict=True):
         assert a.keys() == b.keys()

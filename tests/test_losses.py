@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from trainers import config_trainer
 
 from normlab.model import GPT
 from normlab.train.loop import Trainer
@@ -55,15 +56,10 @@ def trainer(z_loss: float) -> Trainer:
     tokens = np.random.default_rng(0).integers(0, 50, 2000).astype(np.uint16)
     train = {"batch_size": 4, "seq_len": 16, "grad_accum": 1, "grad_clip": 0.0, "max_steps": 2}
     train |= {"eval_every": 0, "eval_batches": 1, "ckpt_every": 0, "precision": "fp32", "flush_every": 10}
-    optim = {
-        "lr": 1e-3,
-        "min_lr": 1e-4,
-        "betas": [0.9, 0.95],
-        "eps": 1e-8,
-        "weight_decay": 0.0,
-        "z_loss": z_loss,
-    }
-    return Trainer(model, tokens, tokens, train, optim, "constant", 0, 0, torch.device("cpu"))
+    optim = {"lr": 1e-3, "min_lr": 1e-4, "weight_decay": 0.0, "z_loss": z_loss}
+    return config_trainer(
+        model, tokens, train=train, optim=optim, schedule={"name": "constant"}, warmup_steps=0
+    )
 
 
 def test_logged_loss_stays_the_cross_entropy_while_the_gradient_sees_z_loss():

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from trainers import config_trainer
 
 from normlab.model import GPT
 from normlab.train.loop import Trainer
@@ -46,7 +47,14 @@ def tokens() -> np.ndarray:
 @pytest.fixture
 def make_trainer(tokens: np.ndarray) -> Callable[..., Trainer]:
     def make(model: GPT, train: dict | None = None, **kwargs) -> Trainer:
-        cfg = {**TRAIN_CFG, **(train or {})}
-        return Trainer(model, tokens, tokens, cfg, OPTIM_CFG, "cosine", 0, 0, torch.device("cpu"), **kwargs)
+        return config_trainer(
+            model,
+            tokens,
+            train={**TRAIN_CFG, **(train or {})},
+            optim=OPTIM_CFG,
+            warmup_steps=0,
+            seed=0,
+            **kwargs,
+        )
 
     return make

@@ -11,14 +11,16 @@ from normlab.train.run import Run
 
 
 def test_non_finite_loss_or_gradient_diverges_at_once():
-    rule = DivergenceRule(DivergenceConfig())
+    rule = DivergenceRule(DivergenceConfig.from_config())
     assert rule.check(0, 5.0, 1.0) is None
     assert "loss became nan" in rule.check(1, float("nan"), 1.0)
-    assert "gradient norm became inf" in DivergenceRule(DivergenceConfig()).check(3, 5.0, float("inf"))
+    assert "gradient norm became inf" in DivergenceRule(DivergenceConfig.from_config()).check(
+        3, 5.0, float("inf")
+    )
 
 
 def test_loss_above_the_ratio_for_patience_steps():
-    rule = DivergenceRule(DivergenceConfig(max_loss_ratio=2.0, patience=3))
+    rule = DivergenceRule(DivergenceConfig.from_config(max_loss_ratio=2.0, patience=3))
     losses = [4.0, 5.0, 8.5, 9.0, 7.9, 8.1, 8.2, 8.3]  # limit 8.0: a streak of 2, a dip, then 3
     verdicts = [rule.check(step, loss, 1.0) for step, loss in enumerate(losses)]
     assert verdicts[:7] == [None] * 7
@@ -26,15 +28,15 @@ def test_loss_above_the_ratio_for_patience_steps():
 
 
 def test_ratio_rule_off():
-    rule = DivergenceRule(DivergenceConfig(max_loss_ratio=None, patience=1))
+    rule = DivergenceRule(DivergenceConfig.from_config(max_loss_ratio=None, patience=1))
     assert all(rule.check(s, 1e6 if s else 1.0, 1.0) is None for s in range(5))
 
 
 def test_state_round_trip():
-    a = DivergenceRule(DivergenceConfig(max_loss_ratio=2.0, patience=3))
+    a = DivergenceRule(DivergenceConfig.from_config(max_loss_ratio=2.0, patience=3))
     for step, loss in enumerate([4.0, 9.0, 9.0]):
         a.check(step, loss, 1.0)
-    b = DivergenceRule(DivergenceConfig(max_loss_ratio=2.0, patience=3))
+    b = DivergenceRule(DivergenceConfig.from_config(max_loss_ratio=2.0, patience=3))
     b.load_state_dict(a.state_dict())
     assert b.check(3, 9.0, 1.0) is not None
 

@@ -30,14 +30,14 @@ def test_finds_exactly_the_injected_spikes():
     injected = [150, 400, 401, 777]
     for i in injected:
         values[i] += 2.0  # 40 σ of the noise
-    assert find_spikes(values, window=100, sigma=6) == injected
+    assert find_spikes(values, window=100, sigma=6, trend=5, min_history=10) == injected
 
 
 def test_an_early_spike_on_a_falling_loss_curve_is_found():
     # at step 20 the curve is at 5.5 and falling by 0.08 per step; a jump of 0.5 (9 %) is a spike
     values = falling(300)
     values[20] += 0.5
-    assert find_spikes(values, window=100, sigma=6) == [20]
+    assert find_spikes(values, window=100, sigma=6, trend=5, min_history=10) == [20]
     # OLMo's rule on the raw values cannot see it: nothing is tested before a full window
     assert olmo_rule(values, window=100, sigma=6) == []
 
@@ -48,27 +48,32 @@ def test_a_spike_on_the_descent_is_found_where_the_raw_window_misses_it():
     rng = random.Random(3)
     values = [2.5 + 4.4 * math.exp(-t / 300) + rng.gauss(0, 0.02) for t in range(400)]
     values[150] += 0.5
-    assert find_spikes(values, window=100, sigma=6) == [150]
+    assert find_spikes(values, window=100, sigma=6, trend=5, min_history=10) == [150]
     assert olmo_rule(values, window=100, sigma=6) == []
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_no_false_alarm_on_a_smooth_falling_curve_with_noise(seed):
     # 20 curves × 500 steps, noise 0.02–0.1 nats: the rule must stay quiet (grad norms too: log-normal noise)
-    assert find_spikes(falling(500, seed=seed, noise=0.02 + 0.004 * seed), window=100, sigma=6) == []
+    assert (
+        find_spikes(
+            falling(500, seed=seed, noise=0.02 + 0.004 * seed), window=100, sigma=6, trend=5, min_history=10
+        )
+        == []
+    )
     rng = random.Random(seed)
     grad = [(0.3 + 2 * math.exp(-t / 60)) * math.exp(rng.gauss(0, 0.1)) for t in range(500)]
-    assert find_spikes(grad, window=100, sigma=6) == []
+    assert find_spikes(grad, window=100, sigma=6, trend=5, min_history=10) == []
 
 
 def test_the_first_tested_value_is_trend_plus_min_history():
-    assert SpikeConfig().watch_start == 15
-    assert SpikeConfig(trend=3, min_history=4).watch_start == 7
-    assert SpikeConfig(window=0).watch_start is None
+    assert SpikeConfig.from_config().watch_start == 15
+    assert SpikeConfig.from_config(trend=3, min_history=4).watch_start == 7
+    assert SpikeConfig.from_config(window=0).watch_start is None
     for at, found in ((14, []), (15, [15])):
         values = noisy(100)
         values[at] += 2.0
-        assert find_spikes(values, window=100, sigma=6) == found
+        assert find_spikes(values, window=100, sigma=6, trend=5, min_history=10) == found
 
 
 def test_threshold_by_hand():
@@ -98,7 +103,7 @@ def test_a_new_level_counts_until_the_median_reaches_it():
     # (steps 100, 101, 102: ratio ≈ 3.3, each above the window's mean + 6 std even with the earlier ones
     # in it), then 10 (ratio ≈ 1): the new level is the baseline
     values = noisy(100) + noisy(150, seed=1, level=10.0)
-    assert find_spikes(values, window=100, sigma=6) == [100, 101, 102]
+    assert find_spikes(values, window=100, sigma=6, trend=5, min_history=10) == [100, 101, 102]
 
 
 def test_dips_and_non_finite_values_are_not_spikes():
@@ -106,11 +111,11 @@ def test_dips_and_non_finite_values_are_not_spikes():
     values[150] -= 5.0
     values[160] = float("nan")
     values[170] = float("inf")
-    assert find_spikes(values, window=100, sigma=6) == []
+    assert find_spikes(values, window=100, sigma=6, trend=5, min_history=10) == []
 
 
 def test_window_zero_turns_the_detector_off():
-    assert find_spikes([1.0] * 10 + [1e9], window=0, sigma=6) == []
+    assert find_spikes([1.0] * 10 + [1e9], window=0, sigma=6, trend=5, min_history=10) == []
 
 
 def olmo_rule(values: list[float], window: int, sigma: float) -> list[int]:
@@ -132,8 +137,8 @@ def row(step: int, loss: float, grad_norm: float, layers: list[float]) -> dict:
 
 
 def test_monitor_marks_events_counts_and_writes_forensics(tmp_path):
-    monitor = Monitor(SpikeConfig(window=20, sigma=6, history=5), out_dir=tmp_path, n_layers=3)
-    monitor.locate = lambda state: [[int(state), int(state) + 1]]  # stands in for the trainer's replay
+    spikes = SpikeConfig.from_config(window=20, sigma=6, history=5)
+    monitor = Monitor(spikes, out_dir=tmp_path, n_layers=3)
     loss, grad = noisy(60, seed=2), noisy(60, seed=3, level=1.0, noise=0.01)
     rows = []
     for step in range(60):
@@ -144,7 +149,7 @@ def test_monitor_marks_events_counts_and_writes_forensics(tmp_path):
             grad[step] += 5.0
             layers = [0.5, 4.0, 0.6]  # the culprit is block 1
         r = row(step, loss[step], grad[step], [g + 0.001 * step for g in layers])
-        assert monitor.observe(r, data_state=step * 10) is None
+        assert monitor.observe(r, batch_starts=lambda s=step * 10: [[s, s + 1]]) is None
         rows.append(r)
     assert rows[30][names.SPIKE_LOSS] == 1 and names.SPIKE_GRAD_NORM not in rows[30]
     assert rows[45][names.SPIKE_GRAD_NORM] == 1 and names.SPIKE_LOSS not in rows[45]
@@ -168,12 +173,12 @@ def test_monitor_marks_events_counts_and_writes_forensics(tmp_path):
 
 
 def test_monitor_state_survives_a_checkpoint(tmp_path):
-    a = Monitor(SpikeConfig(window=10, sigma=6), n_layers=1)
+    a = Monitor(SpikeConfig.from_config(window=10, sigma=6), n_layers=1)
     values = noisy(40, seed=4)
     values[35] += 2.0
     for step, v in enumerate(values[:20]):
         a.observe(row(step, v, 1.0, [1.0]))
-    b = Monitor(SpikeConfig(window=10, sigma=6), n_layers=1)
+    b = Monitor(SpikeConfig.from_config(window=10, sigma=6), n_layers=1)
     b.load_state_dict(a.state_dict())
     for step, v in enumerate(values[20:], start=20):
         a.observe(row(step, v, 1.0, [1.0]))

@@ -62,7 +62,7 @@ def build_trainer(cfg, corpus=None):
     torch.manual_seed(c["seed"])
     model = instantiate(cfg.model)
     trainer = Trainer.from_config(
-        c, model, corpus.train, corpus.val, torch.device("cpu"), metrics={"enabled": False}
+        c, model, corpus.train, corpus.val, torch.device("cpu"), metrics={**c["metrics"], "enabled": False}
     )
     return trainer, corpus
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from normlab.metrics import names
+from normlab.model.gpt import CausalSelfAttention, max_causal_logit
 
 
 class LogitStats(Protocol):
@@ -29,9 +30,9 @@ def rms(x: torch.Tensor) -> torch.Tensor:
     return x.detach().float().square().mean().sqrt()
 
 
-def attention_modules(block: nn.Module) -> list[nn.Module]:
-    """The attention sublayers of a block: modules that can capture their max logit."""
-    return [m for m in block.modules() if hasattr(m, "capture_max_logit")]
+def attention_modules(block: nn.Module) -> list[CausalSelfAttention]:
+    """The attention sublayers of a block."""
+    return [m for m in block.modules() if isinstance(m, CausalSelfAttention)]
 
 
 def activation_keys(n_layers: int) -> list[str]:
@@ -77,7 +78,7 @@ class ActivationCapture:
                 block.register_forward_hook(self._record(names.act_rms_layer(i), lambda a, out: rms(out)))
             )
             for attn in attention_modules(block):
-                attn.capture_max_logit = True
+                self._hook_max_logit(attn, names.attn_max_logit_layer(i))
         head = self.model.head
         self._handles.append(
             head.register_forward_pre_hook(self._record(names.ACT_RMS_HEAD, lambda a, out: rms(a[0])))
@@ -85,18 +86,26 @@ class ActivationCapture:
         self._handles.append(head.register_forward_hook(self._record("logits", lambda a, out: out.detach())))
         return self
 
+    def _hook_max_logit(self, attn: CausalSelfAttention, key: str) -> None:
+        """The block's max attention logit from the queries and keys its q_norm and k_norm hand to the
+        scores (the explicit q·k costs one more batched matmul, on instrumented steps only)."""
+        queries: list[torch.Tensor] = []
+
+        def keep_queries(module: nn.Module, args: tuple, q: torch.Tensor) -> None:
+            queries[:] = [q]
+
+        def record(module: nn.Module, args: tuple, k: torch.Tensor) -> None:
+            self._found[key] = max_causal_logit(queries.pop(), k)
+
+        self._handles.append(attn.q_norm.register_forward_hook(keep_queries))
+        self._handles.append(attn.k_norm.register_forward_hook(record))
+
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        for i, block in enumerate(self.model.blocks):
-            for attn in attention_modules(block):
-                attn.capture_max_logit = False
-                if attn.max_logit is not None:
-                    self._found[names.attn_max_logit_layer(i)] = attn.max_logit
-                    attn.max_logit = None
         logits = self._found.pop("logits", None)
         if logits is not None:
             logits = logits.float()

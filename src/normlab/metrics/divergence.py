@@ -10,14 +10,24 @@ Two rules, checked on every row in step order:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from normlab.configs import from_group
 
 
 @dataclass(frozen=True)
 class DivergenceConfig:
-    max_loss_ratio: float | None = 1.5  # null/0 = only the non-finite rule
-    patience: int = 50  # consecutive steps above max_loss_ratio × initial loss
+    """The `divergence` config group; its defaults and their comments are in configs/divergence/default.yaml."""
+
+    max_loss_ratio: float | None  # null/0 = only the non-finite rule
+    patience: int  # consecutive steps above max_loss_ratio × initial loss
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any] | None = None, **changes: Any) -> DivergenceConfig:
+        """From a composed config's `divergence` group (None: the YAML defaults), with `changes` applied."""
+        return from_group(cls, "divergence", values, **changes)
 
 
 class DivergenceRule:

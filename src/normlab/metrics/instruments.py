@@ -9,12 +9,14 @@ optimizer step (update ratios). Everything stays on the device until `StepProbe.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from normlab.configs import from_group
 from normlab.metrics import names
 from normlab.metrics.activations import ActivationCapture, LogitStats
 from normlab.metrics.embedding import effective_rank, token_embedding
@@ -31,10 +33,19 @@ MODEL_UPDATE_PLACEMENTS = ("post",)
 
 @dataclass(frozen=True)
 class InstrumentConfig:
-    every: int = 10  # instrumented steps: step % every == 0 (0 = only step 0)
-    histogram_every: int = 10  # gradient histograms every `every × histogram_every` steps (0 = never)
-    histogram_bins: int = 64
-    model_update: bool = False
+    """The `metrics` config group; its defaults and their comments are in configs/metrics/default.yaml."""
+
+    enabled: bool  # false: the bare loop (loss, lr, grad norms only)
+    every: int  # instrumented steps: step % every == 0 (0 = only step 0)
+    histogram_every: int  # gradient histograms every `every × histogram_every` steps (0 = never)
+    histogram_bins: int
+    model_update: bool | str  # true | false | auto (see `wants_model_update`)
+    probe_batch: int  # sequences in the model-update probe batch
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any] | None = None, **changes: Any) -> InstrumentConfig:
+        """From a composed config's `metrics` group (None: the YAML defaults), with `changes` applied."""
+        return from_group(cls, "metrics", values, **changes)
 
     def instrumented(self, step: int) -> bool:
         return step == 0 or (self.every > 0 and step % self.every == 0)
@@ -52,6 +63,9 @@ def wants_model_update(setting: bool | str, norm: str, placement: str) -> bool:
 
 
 class Instruments:
+    """What the instrumented steps measure; `probe` is the fixed batch of the model update (None: not
+    measured, see `wants_model_update`)."""
+
     def __init__(
         self, model: nn.Module, layout: ParamLayout, cfg: InstrumentConfig, probe: torch.Tensor | None
     ) -> None:
@@ -59,7 +73,7 @@ class Instruments:
         self.layout = layout
         self.capture = ActivationCapture(model)
         self.updates = UpdateRatio(layout)
-        self.model_update = ModelUpdateProbe(model, probe) if cfg.model_update and probe is not None else None
+        self.model_update = ModelUpdateProbe(model, probe) if probe is not None else None
         self.embedding = token_embedding(model)
 
     def begin(self, step: int) -> StepProbe | None:

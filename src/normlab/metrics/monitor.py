@@ -24,8 +24,9 @@ SPIKES_DIR = "spikes"
 DIVERGENCE_FILE = "divergence.json"
 MAX_SPIKE_REPORTS = 100  # spikes/step_{n}.json files per run; later spikes are still counted and logged
 
-# data state of a step → for each micro-batch, the start offsets of its windows in the training stream
-Locator = Callable[[Any], list[list[int]]]
+# for each micro-batch of a step, the start offsets of its windows in the training stream (the trainer
+# replays its data RNG to know them; computed only when a report is written)
+BatchStarts = Callable[[], list[list[int]]]
 
 
 def scalars(row: dict[str, Any]) -> dict[str, Any]:
@@ -66,27 +67,30 @@ class Monitor:
         out_dir: Path | None = None,
         n_layers: int = 0,
     ) -> None:
-        self.spikes = spikes or SpikeConfig()
-        self.divergence = DivergenceRule(divergence or DivergenceConfig())
+        self.spikes = spikes or SpikeConfig.from_config()
+        self.divergence = DivergenceRule(divergence or DivergenceConfig.from_config())
         self.out_dir = out_dir
         self.n_layers = n_layers
         cfg = self.spikes
         self.detectors = {
             s: SpikeDetector(cfg.window, cfg.sigma, cfg.trend, cfg.min_history) for s in names.SPIKE_SERIES
         }
-        self.history: deque[tuple[dict[str, Any], Any]] = deque(maxlen=max(self.spikes.history, 1))
+        self.history: deque[tuple[dict[str, Any], BatchStarts | None]] = deque(
+            maxlen=max(self.spikes.history, 1)
+        )
         self.spike_steps: list[int] = []
         self.counts = dict.fromkeys(names.SPIKE_SERIES, 0)
-        self.locate: Locator | None = None  # set by the trainer, which knows how batches are drawn
 
     @property
     def writes_reports(self) -> bool:
-        """Whether spike and divergence reports are written (and the trainer should record data states)."""
+        """Whether spike and divergence reports are written (and the trainer should say where batches came
+        from)."""
         return self.out_dir is not None
 
-    def observe(self, row: dict[str, Any], data_state: Any = None) -> str | None:
-        """Check one training row (in step order): marks spike events in `row`; returns a divergence reason."""
-        self.history.append((row, data_state))
+    def observe(self, row: dict[str, Any], batch_starts: BatchStarts | None = None) -> str | None:
+        """Check one training row (in step order): marks spike events in `row`; returns a divergence reason.
+        `batch_starts` tells, if a report needs it, where the step's training windows came from."""
+        self.history.append((row, batch_starts))
         step = row[names.STEP]
         reason = self.divergence.check(step, row[names.LOSS], row[names.GRAD_NORM])
         if reason is not None:
@@ -118,10 +122,10 @@ class Monitor:
         if path is None:
             return
         rows = []
-        for row, state in self.history:
+        for row, batch_starts in self.history:
             entry = scalars(row)
-            if self.locate is not None and state is not None:
-                entry["batch_starts"] = self.locate(state)
+            if batch_starts is not None:
+                entry["batch_starts"] = batch_starts()
             rows.append(entry)
         report = {
             names.STEP: step,

@@ -62,6 +62,19 @@ class JsonlSink:
         self._file.write(json.dumps({k: json_safe(v) for k, v in row.items() if scalar(v)}) + "\n")
         self._file.flush()
 
+    # the training loop's callback protocol (normlab.train.callbacks)
+    def on_step(self, row: dict[str, Any]) -> None:
+        self.log(row)
+
+    def on_eval(self, row: dict[str, Any]) -> None:
+        self.log(row)
+
+    def on_checkpoint(self, step: int) -> None:
+        return None
+
+    def on_end(self, result: Any) -> None:
+        self.close()
+
     def close(self) -> None:
         if self._file.closed:
             return

@@ -36,17 +36,27 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from normlab.configs import from_group
 
 
 @dataclass(frozen=True)
 class SpikeConfig:
-    window: int = 100  # previous detrended values the mean and std are taken over (0 = detector off)
-    sigma: float = 6.0  # standard deviations above that mean that make a spike
-    trend: int = 5  # previous raw values whose median a value is divided by
-    min_history: int = 10  # detrended values needed before the first test (≤ window)
-    history: int = 50  # steps of per-layer metrics and batch positions kept for spikes/step_{n}.json
+    """The `spikes` config group; its defaults and their comments are in configs/spikes/default.yaml."""
+
+    window: int  # previous detrended values the mean and std are taken over (0 = detector off)
+    sigma: float  # standard deviations above that mean that make a spike
+    trend: int  # previous raw values whose median a value is divided by
+    min_history: int  # detrended values needed before the first test (≤ window)
+    history: int  # steps of per-layer metrics and batch positions kept for spikes/step_{n}.json
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any] | None = None, **changes: Any) -> SpikeConfig:
+        """From a composed config's `spikes` group (None: the YAML defaults), with `changes` applied."""
+        return from_group(cls, "spikes", values, **changes)
 
     @property
     def watch_start(self) -> int | None:
@@ -83,8 +93,8 @@ class SpikeDetector:
         self,
         window: int,
         sigma: float,
-        trend: int = SpikeConfig.trend,
-        min_history: int = SpikeConfig.min_history,
+        trend: int,
+        min_history: int,
     ) -> None:
         self.sigma = sigma
         self.min_history = min_history
@@ -124,8 +134,8 @@ def find_spikes(
     values: list[float],
     window: int,
     sigma: float,
-    trend: int = SpikeConfig.trend,
-    min_history: int = SpikeConfig.min_history,
+    trend: int,
+    min_history: int,
 ) -> list[int]:
     """Indices of the spikes in a whole series (the detector run from the start)."""
     detector = SpikeDetector(window, sigma, trend, min_history)

@@ -288,6 +288,20 @@ class WandbSink:
             log.warning("W&B logging failed (%s: %s); W&B off for the rest of this run.", type(e).__name__, e)
             self._close(exit_code=1)
 
+    # the training loop's callback protocol (normlab.train.callbacks); `finish` ends the W&B run later,
+    # with the summary, however the run ended
+    def on_step(self, row: dict[str, Any]) -> None:
+        self.log(row)
+
+    def on_eval(self, row: dict[str, Any]) -> None:
+        self.log(row)
+
+    def on_checkpoint(self, step: int) -> None:
+        return None
+
+    def on_end(self, result: Any) -> None:
+        return None
+
     def finish(self, summary: Mapping[str, Any]) -> None:
         """Copy the summary and end the run; exit code 0 only for a completed run (W&B shows others failed).
         A run that logged no row never started a W&B run, and finishing it does nothing."""

@@ -45,16 +45,13 @@ class CausalSelfAttention(nn.Module):
         self.q_norm = build_qk_norm(qk_norm, d_model // n_heads)
         self.k_norm = build_qk_norm(qk_norm, d_model // n_heads)
         self.dropout = dropout
-        # Set by instrumentation on the steps that log it; the explicit q·k costs an extra matmul.
-        self.capture_max_logit = False
-        self.max_logit: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        # the queries and keys the scores are made of leave q_norm and k_norm (identities without qk_norm):
+        # metrics.activations hooks them there on the steps that log the max attention logit
         q, k = self.q_norm(q), self.k_norm(k)
-        if self.capture_max_logit:
-            self.max_logit = max_causal_logit(q, k)
         y = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
         )

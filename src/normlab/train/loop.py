@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,33 +17,24 @@ from torch import nn
 from normlab.data.batches import sample_windows
 from normlab.distributed import SINGLE, Dist
 from normlab.metrics import names
+from normlab.metrics.divergence import DivergenceConfig
 from normlab.metrics.grad_norms import GradNorms, clip_
 from normlab.metrics.instruments import InstrumentConfig, Instruments, StepProbe, wants_model_update
 from normlab.metrics.monitor import Monitor
+from normlab.metrics.spikes import SpikeConfig
 from normlab.train import flops, losses
+from normlab.train.batches import RankBatches
+from normlab.train.callbacks import Callback
 from normlab.train.compile import compile_module
 from normlab.train.head_loss import head_objective, head_objective_with_stats
 from normlab.train.optim import build_optimizer
+from normlab.train.rows import PendingRows
 from normlab.train.schedule import lr_at
 
 log = logging.getLogger("normlab")
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROBE_SEED = 1234  # the model-update probe batch: fixed validation windows, apart from evaluation's
-
-
-class StreamPositions:
-    """Stands in for a token stream of length n whose token at i is i: windows drawn from it are their
-    own positions, so replaying the data RNG through `sample_windows` recovers where a batch came from."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
-        return np.asarray(idx)
 
 
 @dataclass
@@ -58,11 +49,12 @@ class LoopResult:
 
 
 class Trainer:
-    """Owns the model, optimizer and RNG streams of one run; `fit` trains and reports rows to `emit`.
+    """Owns the model, optimizer, monitor and RNG streams of one run; `fit` trains and reports to callbacks.
 
-    `metrics` is the `metrics` config group (None = defaults); `monitor` watches rows for spikes and
-    divergence (None = a monitor that writes no reports); `dist` is this process's place in a torchrun
-    run (normlab.distributed: each rank trains on its slice of the global batch, gradients averaged).
+    Build it with `Trainer.from_config(cfg, ...)` from a composed config. `metrics` is the `metrics`
+    group; `monitor` watches rows for spikes and divergence (default: one that writes no reports); `dist` is
+    this process's place in a torchrun run (normlab.distributed: each rank trains on its slice of the global
+    batch, gradients averaged).
     """
 
     def __init__(
@@ -70,27 +62,24 @@ class Trainer:
         model: nn.Module,
         train_tokens: np.ndarray,
         val_tokens: np.ndarray,
-        train_cfg: dict[str, Any],
-        optim_cfg: dict[str, Any],
+        device: torch.device,
+        *,
+        train: Mapping[str, Any],
+        optim: Mapping[str, Any],
         schedule: str,
         warmup_steps: int,
         seed: int,
-        device: torch.device,
-        metrics: Mapping[str, Any] | None = None,
+        metrics: InstrumentConfig,
         monitor: Monitor | None = None,
         dist: Dist = SINGLE,
     ) -> None:
         self.model, self.device, self.dist = model, device, dist
-        self.cfg, self.optim_cfg, self.schedule, self.warmup_steps = (
-            train_cfg,
-            optim_cfg,
-            schedule,
-            warmup_steps,
-        )
+        self.cfg, self.optim_cfg, self.schedule, self.warmup_steps = train, optim, schedule, warmup_steps
         self.train_tokens, self.val_tokens = train_tokens, val_tokens
-        self.optimizer = build_optimizer(model, optim_cfg, device)
-        self.z_loss = float(optim_cfg.get("z_loss", 0.0))
-        precision = train_cfg["precision"]
+        self.batches = RankBatches(train["batch_size"], train["seq_len"], dist, device)
+        self.optimizer = build_optimizer(model, optim, device)
+        self.z_loss = float(optim["z_loss"])
+        precision = train["precision"]
         if precision not in DTYPES:
             raise ValueError(f"train.precision={precision} is unknown; choose one of {', '.join(DTYPES)}.")
         self.amp_dtype = DTYPES[precision]
@@ -101,24 +90,19 @@ class Trainer:
         trunk = model.features if self.fused_head else model
         # Plain steps go through `self.forward` (compiled with train.compile); instrumented steps, whose
         # hooks would change the graph, and evaluation run the model eagerly.
-        self.forward = compile_module(trunk, device) if train_cfg.get("compile", False) else trunk
+        self.forward = compile_module(trunk, device) if train["compile"] else trunk
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         self.data_rng = torch.Generator().manual_seed(seed)
         self.step = 0
         # the global batch: every rank's micro-batches together
-        self.tokens_per_step = (
-            train_cfg["batch_size"] * train_cfg["seq_len"] * train_cfg["grad_accum"] * dist.world_size
-        )
+        self.tokens_per_step = train["batch_size"] * train["seq_len"] * train["grad_accum"] * dist.world_size
         self.flops_per_token = flops.flops_per_token(
-            flops.matmul_params(model), model.n_layers, train_cfg["seq_len"], model.d_model
+            flops.matmul_params(model), model.n_layers, train["seq_len"], model.d_model
         )
-        self.peak_flops = flops.peak_flops(device, precision, train_cfg.get("peak_flops"))
-        metrics = dict(metrics or {})
-        enabled = metrics.get("enabled", True)
-        self.grad_norms = GradNorms(model, model.n_layers, per_layer=enabled)
-        self.instruments = self._instruments(metrics) if enabled else None
+        self.peak_flops = flops.peak_flops(device, precision, train["peak_flops"])
+        self.grad_norms = GradNorms(model, model.n_layers, per_layer=metrics.enabled)
+        self.instruments = self._instruments(metrics) if metrics.enabled else None
         self.monitor = monitor if monitor is not None else Monitor(n_layers=model.n_layers)
-        self.monitor.locate = self.window_starts
 
     @classmethod
     def from_config(
@@ -129,60 +113,49 @@ class Trainer:
         val_tokens: np.ndarray,
         device: torch.device,
         *,
-        train: Mapping[str, Any] | None = None,
-        metrics: Mapping[str, Any] | None = None,
-        monitor: Monitor | None = None,
+        reports_dir: Path | None = None,
         dist: Dist = SINGLE,
+        **replace: Any,
     ) -> Trainer:
-        """The Trainer a resolved run config describes (its train, optim, schedule, warmup_steps, seed and
-        metrics); `train` and `metrics` replace those groups (benchmarks change a few keys)."""
+        """The Trainer a resolved run config describes: its train, optim, schedule, warmup_steps, seed,
+        metrics, spikes and divergence groups. The monitor writes spike and divergence reports into
+        `reports_dir` (None: none). `replace` swaps whole groups (`train=`, `metrics=`, `spikes=`, ...: a
+        benchmark changes a few keys)."""
+        group = {**cfg, **replace}
+        monitor = Monitor(
+            SpikeConfig.from_config(group["spikes"]),
+            DivergenceConfig.from_config(group["divergence"]),
+            out_dir=reports_dir,
+            n_layers=model.n_layers,
+        )
         return cls(
             model,
             train_tokens,
             val_tokens,
-            cfg["train"] if train is None else train,
-            cfg["optim"],
-            cfg["schedule"]["name"],
-            cfg["warmup_steps"],
-            cfg["seed"],
             device,
-            metrics=cfg["metrics"] if metrics is None else metrics,
+            train=group["train"],
+            optim=group["optim"],
+            schedule=group["schedule"]["name"],
+            warmup_steps=group["warmup_steps"],
+            seed=group["seed"],
+            metrics=InstrumentConfig.from_config(group["metrics"]),
             monitor=monitor,
             dist=dist,
         )
 
-    def _instruments(self, metrics: Mapping[str, Any]) -> Instruments:
-        defaults = InstrumentConfig()
-        cfg = InstrumentConfig(
-            every=int(metrics.get("every", defaults.every)),
-            histogram_every=int(metrics.get("histogram_every", defaults.histogram_every)),
-            histogram_bins=int(metrics.get("histogram_bins", defaults.histogram_bins)),
-            model_update=wants_model_update(
-                metrics.get("model_update", "auto"),
-                getattr(self.model, "norm_name", ""),
-                getattr(self.model, "placement", ""),
-            ),
-        )
+    def _instruments(self, cfg: InstrumentConfig) -> Instruments:
         probe = None
-        if cfg.model_update:
+        norm, placement = getattr(self.model, "norm_name", ""), getattr(self.model, "placement", "")
+        if wants_model_update(cfg.model_update, norm, placement):
             rng = torch.Generator().manual_seed(PROBE_SEED)
-            x, _ = sample_windows(
-                self.val_tokens, int(metrics.get("probe_batch", 4)), self.cfg["seq_len"], rng
-            )
+            x, _ = sample_windows(self.val_tokens, cfg.probe_batch, self.cfg["seq_len"], rng)
             probe = x.to(self.device)
         return Instruments(self.model, self.grad_norms.layout, cfg, probe)
 
     def window_starts(self, data_state: torch.Tensor) -> list[list[int]]:
         """Where the batches of a step came from: for each micro-batch, the start offset in the training
-        stream of each window, recovered by replaying the data RNG from the step's starting state."""
-        rng = torch.Generator()
-        rng.set_state(data_state)
-        stream = StreamPositions(len(self.train_tokens))
-        global_batch = self.cfg["batch_size"] * self.dist.world_size
-        return [
-            sample_windows(stream, global_batch, self.cfg["seq_len"], rng)[0][:, 0].tolist()
-            for _ in range(self.cfg["grad_accum"])
-        ]
+        stream of each window, from the data-RNG state the step started from."""
+        return self.batches.window_starts(len(self.train_tokens), data_state, self.cfg["grad_accum"])
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
@@ -190,29 +163,8 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def batch(self, tokens: np.ndarray, rng: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = sample_windows(tokens, self.cfg["batch_size"], self.cfg["seq_len"], rng)
-        return self.to_device(x, y)
-
-    def train_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.global_batch_slice(self.train_tokens, self.data_rng)
-
-    def global_batch_slice(
-        self, tokens: np.ndarray, rng: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's slice of the global batch: every rank draws the same batch_size × world_size windows
-        from the same stream, so the ranks' windows are disjoint and together are a 1-rank run's batch."""
-        b, d = self.cfg["batch_size"], self.dist
-        x, y = sample_windows(tokens, b * d.world_size, self.cfg["seq_len"], rng)
-        if d.enabled:
-            x, y = x[d.rank * b : (d.rank + 1) * b], y[d.rank * b : (d.rank + 1) * b]
-        return self.to_device(x, y)
-
-    def to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.device.type == "cuda":
-            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(
-                self.device, non_blocking=True
-            )
-        return x, y
+        """This rank's slice of the next global batch drawn from `tokens` with `rng`."""
+        return self.batches.draw(tokens, rng)
 
     def lr(self, step: int) -> float:
         return lr_at(
@@ -234,7 +186,7 @@ class Trainer:
         accum = self.cfg["grad_accum"]
         loss_sum = torch.zeros((), device=self.device)
         for _ in range(accum):
-            x, y = self.train_batch()
+            x, y = self.batch(self.train_tokens, self.data_rng)
             with self.autocast():
                 objective, loss = self.micro_batch_objective(x, y, probe)
             self.scaler.scale(objective / accum).backward()
@@ -291,7 +243,7 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         trunk = self.model.features if self.fused_head else self.model
         for _ in range(self.cfg["eval_batches"]):
-            x, y = self.global_batch_slice(self.val_tokens, rng)
+            x, y = self.batch(self.val_tokens, rng)
             with self.autocast():
                 total += self.objective(trunk(x), y)[1]
         self.model.train()
@@ -303,66 +255,48 @@ class Trainer:
         (the step-0 row's gradient profile needs no validation loss; the evaluation would cost as much as
         eval_batches training forwards)."""
         if step == 0:
-            return bool(self.cfg.get("eval_at_start", False))
+            return bool(self.cfg["eval_at_start"])
         eval_every = self.cfg["eval_every"]
         return eval_every > 0 and step % eval_every == 0
 
     def fit(
         self,
-        emit: Callable[[dict[str, Any]], None],
-        on_checkpoint: Callable[[], None],
+        callbacks: Sequence[Callback] = (),
         stop_at: int | None = None,
         stop: Callable[[], bool] | None = None,
     ) -> LoopResult:
-        """Train from self.step to train.max_steps; each measured step becomes one row passed to `emit`.
+        """Train from self.step to train.max_steps; each measured step becomes one row for the callbacks.
 
         Row `step` is measured before that step's update, so step 0 is the gradient profile at init. With
         max_steps=0 the step-0 row is measured and no update is made. Rows reach the host every
         train.flush_every steps, where the monitor marks spikes and may end the run as diverged (see
-        metrics.divergence). `stop_at` pauses after that many steps, without the final evaluation: a later
-        call continues (benchmarks interleave trainers this way). `stop` is polled after every step (see
-        train.signals): when it returns True, every pending row is flushed and the result is `interrupted`
-        at a step boundary, so a checkpoint taken then continues exactly where metrics.jsonl ends.
+        metrics.divergence); then each callback gets them (normlab.train.callbacks). `stop_at` pauses after
+        that many steps, without the final evaluation: a later call continues (benchmarks interleave
+        trainers this way). `stop` is polled after every step (see train.signals): when it returns True,
+        every pending row is flushed and the result is `interrupted` at a step boundary, so a checkpoint
+        taken then continues exactly where metrics.jsonl ends.
         """
-        max_steps = self.cfg["max_steps"]
-        ckpt_every, flush_every = self.cfg["ckpt_every"], max(1, self.cfg["flush_every"])
         result = LoopResult(steps=self.step, status="completed")
-        keys = [names.LOSS, names.CLIPPED, *self.grad_norms.keys]
-        # (step, lr, row tensor, instrumented-step probe, data-RNG state the step started from)
-        pending: list[tuple[int, float, torch.Tensor, StepProbe | None, torch.Tensor | None]] = []
-        window_start, window_steps = time.perf_counter(), 0
+        paused = False
+        try:
+            paused = self._fit(result, callbacks, stop_at, stop)
+        finally:
+            if not paused:  # a paused fit goes on with the next call
+                for callback in callbacks:
+                    callback.on_end(result)
+        return result
 
-        def flush() -> bool:
-            nonlocal window_start, window_steps
-            if not pending:
-                return True
-            values = torch.stack([entry[2] for entry in pending]).tolist()
-            now = time.perf_counter()
-            tps = window_steps * self.tokens_per_step / max(now - window_start, 1e-9)
-            window_start, window_steps = now, 0
-            for (step, lr, _, probe, data_state), vals in zip(pending, values, strict=True):
-                row = {names.STEP: step, names.LR: lr, **dict(zip(keys, vals, strict=True))}
-                row[names.CLIPPED] = int(row[names.CLIPPED])
-                row[names.TOKENS_PER_S] = tps
-                if self.peak_flops:
-                    row[names.MFU] = flops.mfu(tps, self.flops_per_token, self.peak_flops)
-                if probe:
-                    row.update(probe.row())
-                if step in result.val_losses:
-                    row[names.VAL_LOSS] = result.val_losses[step]
-                    row[names.VAL_PPL] = math.exp(min(result.val_losses[step], 700.0))
-                reason = self.monitor.observe(row, data_state)  # marks spike events in row
-                emit(row)
-                result.train_losses.append(row[names.LOSS])
-                result.tokens_per_s.append(tps)
-                if reason is not None:
-                    result.status, result.diverged_at, result.steps = "diverged", step, step
-                    result.reason = reason
-                    pending.clear()
-                    return False
-            pending.clear()
-            return True
-
+    def _fit(
+        self,
+        result: LoopResult,
+        callbacks: Sequence[Callback],
+        stop_at: int | None,
+        stop: Callable[[], bool] | None,
+    ) -> bool:
+        """The loop of `fit`; True when it paused at `stop_at`."""
+        max_steps = self.cfg["max_steps"]
+        ckpt_every = self.cfg["ckpt_every"]
+        rows = PendingRows(self, result, callbacks)
         while self.step < max_steps or (max_steps == 0 and not result.train_losses):
             step = self.step
             if self.evaluates_at(step):
@@ -371,35 +305,32 @@ class Trainer:
             data_state = self.data_rng.get_state() if self.monitor.writes_reports else None
             probe = self.instruments.begin(step) if self.instruments else None
             lr = self.lr(step) if update else 0.0
-            pending.append((step, lr, self.train_step(update, probe), probe, data_state))
-            window_steps += 1
+            rows.add(step, lr, self.train_step(update, probe), probe, data_state)
             if update:
                 self.step += 1
                 result.steps = self.step
             done = self.step >= max_steps
             paused = stop_at is not None and self.step >= stop_at and not done
             stopping = stop is not None and not done and stop()
-            if (
-                len(pending) >= flush_every
-                or done
-                or paused
-                or stopping
-                or (ckpt_every and self.step % ckpt_every == 0)
-            ) and not flush():
-                return result
-            if ckpt_every and update and self.step % ckpt_every == 0 and not done:
-                on_checkpoint()
+            checkpoint_due = bool(ckpt_every) and self.step % ckpt_every == 0
+            if (rows.full or done or paused or stopping or checkpoint_due) and not rows.flush():
+                return False
+            if checkpoint_due and update and not done:
+                for callback in callbacks:
+                    callback.on_checkpoint(self.step)
             if stopping:
                 result.status = "interrupted"
-                return result
+                return False
             if paused:
-                return result
+                return True
             if done:
                 break
         if max_steps > 0:
             val = result.val_losses[self.step] = self.evaluate()
-            emit({names.STEP: self.step, names.VAL_LOSS: val, names.VAL_PPL: math.exp(min(val, 700.0))})
-        return result
+            row = {names.STEP: self.step, names.VAL_LOSS: val, names.VAL_PPL: math.exp(min(val, 700.0))}
+            for callback in callbacks:
+                callback.on_eval(row)
+        return False
 
     def state_dict(self) -> dict[str, Any]:
         return {

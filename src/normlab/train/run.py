@@ -31,7 +31,6 @@ import torch
 from filelock import FileLock, Timeout
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 from normlab.config import checked
 from normlab.data import load_corpus
@@ -39,14 +38,12 @@ from normlab.data.unigram import baseline_unigram_loss, did_learn
 from normlab.distributed import SINGLE, Dist
 from normlab.errors import InvalidConfig, UserError
 from normlab.io import remove_stale_temps, write_text_atomic
-from normlab.metrics import names
-from normlab.metrics.divergence import DivergenceConfig
-from normlab.metrics.monitor import SPIKES_DIR, Monitor
+from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
-from normlab.metrics.spikes import SpikeConfig
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.model import block_formula
 from normlab.train import checkpoint, flops, outcome
+from normlab.train.callbacks import Callback, Checkpoints, ProgressBar
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import LoopResult, Trainer
 from normlab.train.sample import generate
@@ -323,9 +320,9 @@ class Run:
         model = instantiate(cfg["model"]).to(device)
         n_layers = model.n_layers
         formula = block_formula(
-            cfg["norm"]["name"], cfg["placement"]["name"], n_layers, cfg["model"].get("qk_norm", "none")
+            cfg["norm"]["name"], cfg["placement"]["name"], n_layers, cfg["model"]["qk_norm"]
         )
-        z_loss = cfg["optim"].get("z_loss", 0.0)
+        z_loss = cfg["optim"]["z_loss"]
         log.info(
             "block: %s  (×%d blocks, %s parameters)%s",
             formula,
@@ -346,17 +343,18 @@ class Run:
             cfg["logger"]["name"] == "wandb" and self.dist.is_main
         ):  # only now: a run that fails before training opens no W&B run
             self.wandb = WandbSink.open(cfg, self.run_dir, self.group or self._default_group())
-        monitor = Monitor(
-            SpikeConfig(**cfg.get("spikes", {})),
-            DivergenceConfig(**cfg.get("divergence", {})),
-            out_dir=self.run_dir if self.dist.is_main else None,
-            n_layers=n_layers,
-        )
         metrics = dict(cfg["metrics"])
         if self.wandb is None:  # histograms are for W&B only: don't compute them for nobody
             metrics["histogram_every"] = 0
         trainer = Trainer.from_config(
-            cfg, model, corpus.train, corpus.val, device, metrics=metrics, monitor=monitor, dist=self.dist
+            cfg,
+            model,
+            corpus.train,
+            corpus.val,
+            device,
+            reports_dir=self.run_dir if self.dist.is_main else None,
+            dist=self.dist,
+            metrics=metrics,
         )
         resume_step = None
         if self.ckpt is not None:
@@ -378,47 +376,27 @@ class Run:
                 log.info("sample: %s", text)
 
     def _default_group(self) -> str:
-        return str(self.cfg.get("experiment_name", "default"))
+        return str(self.cfg["experiment_name"])
 
     def _fit(self, trainer: Trainer, resume_step: int | None) -> tuple[LoopResult, list[dict[str, Any]]]:
         tcfg = self.cfg["train"]
         # logged where signals already wait for a step boundary (tests wait for this line)
         log.info("training from step %d to %d in %s", trainer.step, tcfg["max_steps"], self.run_dir)
-        main = self.dist.is_main
-        sink = JsonlSink(self.run_dir / METRICS_FILE, resume_step=resume_step) if main else None
-        bar = tqdm(
-            total=tcfg["max_steps"],
-            initial=trainer.step,
-            disable=not (main and self._progress_enabled()),
-            desc=self.cfg["name"],
-            unit="step",
-            dynamic_ncols=True,
+        sink: JsonlSink | None = None
+        callbacks: list[Callback] = []
+        if self.dist.is_main:  # the rows are rank 0's to write
+            sink = JsonlSink(self.run_dir / METRICS_FILE, resume_step=resume_step)
+            callbacks = [
+                sink,
+                *([self.wandb] if self.wandb is not None else []),
+                ProgressBar(tcfg["max_steps"], trainer.step, self.cfg["name"], self._progress_enabled()),
+                Checkpoints(self.run_dir / CHECKPOINT_DIR, trainer.state_dict, self.cfg["model"]),
+            ]
+        result = trainer.fit(
+            callbacks,
+            # every rank stops at the same step, whichever of them got the signal
+            stop=(lambda: self.dist.any(self.stop())) if self.dist.enabled else self.stop,
         )
-
-        def emit(row: dict[str, Any]) -> None:
-            if sink is None:  # not rank 0: the rows are rank 0's to write
-                return
-            sink.log(row)
-            if self.wandb is not None:
-                self.wandb.log(row)
-            if names.LOSS in row:
-                bar.n = min(row[names.STEP] + 1, tcfg["max_steps"])
-                bar.set_postfix(
-                    loss=f"{row[names.LOSS]:.3f}", tok_s=f"{row[names.TOKENS_PER_S]:.0f}", refresh=False
-                )
-                bar.refresh()
-
-        try:
-            result = trainer.fit(
-                emit,
-                on_checkpoint=lambda: self._checkpoint(trainer, checkpoint.step_file(trainer.step)),
-                # every rank stops at the same step, whichever of them got the signal
-                stop=(lambda: self.dist.any(self.stop())) if self.dist.enabled else self.stop,
-            )
-        finally:
-            bar.close()
-            if sink is not None:
-                sink.close()
         return result, sink.kept if sink is not None else []
 
     def _checkpoint(self, trainer: Trainer, name: str = LAST) -> None:

@@ -1,0 +1,76 @@
+"""What the training loop tells the rest of a run, through one small protocol.
+
+`Trainer.fit(callbacks)` calls each callback, in list order:
+
+- `on_step(row)`: one training row, in step order, when rows reach the host (every train.flush_every
+  steps); the trainer's monitor has already marked spike events in it;
+- `on_eval(row)`: the final evaluation row (step = the last step, val_loss, val_ppl);
+- `on_checkpoint(step)`: every train.ckpt_every updates, after the rows before `step` were passed on;
+- `on_end(result)`: once, when `fit` returns or raises, except when it pauses at `stop_at` (the next
+  call goes on).
+
+The sinks (metrics/sinks.JsonlSink, metrics/wandb_sink.WandbSink) implement the four methods themselves;
+the classes here subclass the protocol, which gives every method a do-nothing default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tqdm.auto import tqdm
+
+from normlab.metrics import names
+from normlab.train import checkpoint
+
+if TYPE_CHECKING:
+    from normlab.train.loop import LoopResult
+
+__all__ = ["Callback", "Checkpoints", "ProgressBar"]
+
+
+class Callback(Protocol):
+    def on_step(self, row: dict[str, Any]) -> None:
+        return None
+
+    def on_eval(self, row: dict[str, Any]) -> None:
+        return None
+
+    def on_checkpoint(self, step: int) -> None:
+        return None
+
+    def on_end(self, result: LoopResult) -> None:
+        return None
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over the steps, with the last loss and tokens/s; `enabled` False draws nothing."""
+
+    def __init__(self, max_steps: int, start: int, desc: str, enabled: bool) -> None:
+        self.max_steps = max_steps
+        self.bar = tqdm(
+            total=max_steps, initial=start, disable=not enabled, desc=desc, unit="step", dynamic_ncols=True
+        )
+
+    def on_step(self, row: dict[str, Any]) -> None:
+        self.bar.n = min(row[names.STEP] + 1, self.max_steps)
+        self.bar.set_postfix(
+            loss=f"{row[names.LOSS]:.3f}", tok_s=f"{row[names.TOKENS_PER_S]:.0f}", refresh=False
+        )
+        self.bar.refresh()
+
+    def on_end(self, result: LoopResult) -> None:
+        self.bar.close()
+
+
+class Checkpoints(Callback):
+    """Writes checkpoints/step_{n}.pt at the loop's checkpoint steps from what `state` returns then."""
+
+    def __init__(
+        self, directory: Path, state: Callable[[], dict[str, Any]], model_cfg: Mapping[str, Any]
+    ) -> None:
+        self.directory, self.state, self.model_cfg = directory, state, model_cfg
+
+    def on_checkpoint(self, step: int) -> None:
+        checkpoint.save_checkpoint(self.directory / checkpoint.step_file(step), self.state(), self.model_cfg)
