@@ -197,7 +197,7 @@ def run_dir_in_use(directory: Path) -> bool:
     """Whether a live process holds the run directory's lock (the lock file alone proves nothing)."""
     from filelock import FileLock, Timeout
 
-    from normlab.train.run import LOCK_FILE
+    from normlab.train.run_dir import LOCK_FILE
 
     path = directory / LOCK_FILE
     if not path.exists():

@@ -16,7 +16,6 @@ the exception is raised again) and a run directory it cannot use (UserError: not
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import signal
@@ -28,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from filelock import FileLock, Timeout
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -37,7 +35,7 @@ from normlab.data import load_corpus
 from normlab.data.unigram import baseline_unigram_loss, did_learn
 from normlab.distributed import SINGLE, Dist
 from normlab.errors import InvalidConfig, UserError
-from normlab.io import remove_stale_temps, write_text_atomic
+from normlab.io import write_text_atomic
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
@@ -46,6 +44,7 @@ from normlab.train import checkpoint, flops, outcome
 from normlab.train.callbacks import Callback, Checkpoints, ProgressBar
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import LoopResult, Trainer
+from normlab.train.run_dir import DISK_ERRNOS, LOCK_FILE, RunDirectory, disk_error
 from normlab.train.sample import generate
 from normlab.train.signals import Interrupted, StopRequest, exit_code, signal_name
 from normlab.train.summary import SUMMARY_FILE, RunSummary
@@ -54,14 +53,11 @@ log = logging.getLogger("normlab")
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLE_FILE = "sample.txt"
-LOCK_FILE = ".run.lock"
-# OSErrors that mean "the disk", not a bug: full, over quota, read-only, gone
-DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
 
 # Builds the command that continues a run: (run dir, train.resume value or None for a fresh start) → str.
 ResumeCommand = Callable[[Path, "str | None"], str]
 
-__all__ = ["METRICS_FILE", "SAMPLE_FILE", "SUMMARY_FILE", "Run", "pick_device"]
+__all__ = ["LOCK_FILE", "METRICS_FILE", "SAMPLE_FILE", "SUMMARY_FILE", "Run", "pick_device"]
 
 
 def default_resume_command(run_dir: Path, resume: str | None) -> str:
@@ -76,14 +72,6 @@ def pick_device(requested: str) -> torch.device:
             "train.device=cuda was asked for but no CUDA device is visible; use train.device=cpu or auto."
         )
     return torch.device(requested)
-
-
-def disk_error(exc: OSError) -> UserError:
-    where = f" {exc.filename}" if exc.filename else ""
-    return UserError(
-        f"Could not write{where} ({exc.strerror or exc}); free some space or point hydra.run.dir at a disk with "
-        "room and write access — everything written before is intact."
-    )
 
 
 class Run:
@@ -118,42 +106,11 @@ class Run:
         self.summary = RunSummary()
         self.trainer: Trainer | None = None
         self.ckpt: Checkpoint | None = None
-        self._lock: FileLock | None = None
+        self.directory = RunDirectory(self.run_dir, (CHECKPOINT_DIR, SPIKES_DIR))
 
     # ------------------------------------------------------------------------------------------------
     # the run directory
     # ------------------------------------------------------------------------------------------------
-
-    def _open_run_dir(self) -> None:
-        if not self.dist.is_main:
-            return
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            probe = self.run_dir / ".write_test"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as e:
-            raise UserError(
-                f"Cannot write to the run directory {self.run_dir} ({e.strerror}); "
-                "point hydra.run.dir (or hydra.sweep.dir) at a writable place."
-            ) from None
-        lock = FileLock(str(self.run_dir / LOCK_FILE))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise UserError(
-                f"Another run is using {self.run_dir} right now (it holds {LOCK_FILE}); wait for it to end, or "
-                "point hydra.run.dir somewhere else."
-            ) from None
-        self._lock = lock
-        for d in (self.run_dir, self.run_dir / CHECKPOINT_DIR, self.run_dir / SPIKES_DIR):
-            for p in remove_stale_temps(d):
-                log.info("removed %s, left by a write that was cut short", p)
-
-    def _release(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
 
     def write_summary(self, **fields: Any) -> RunSummary:
         self.summary.update(**fields, wall_time_s=round(time.time() - self.started, 3))
@@ -168,12 +125,13 @@ class Run:
     def execute(self) -> dict[str, Any]:
         """Run to the end; returns summary.json's contents (`self.summary` holds the RunSummary)."""
         self.started = time.time()
-        self._open_run_dir()
+        if self.dist.is_main:  # other ranks write nothing
+            self.directory.acquire()
         try:
             with self.stop.installed():
                 self._lifecycle()
         finally:
-            self._release()
+            self.directory.release()
         return self.summary.to_dict()
 
     def _lifecycle(self) -> None:
