@@ -22,10 +22,9 @@ from normlab.analysis.report import md_table
 from normlab.analysis.verdicts import CONFIDENCE, RULE, Check, Outcome
 from normlab.configs import CONFIG_DIR
 
-# presets are linked through the checkout's configs/ link (src/normlab/configs/../../../configs) when
-# there is one, else where the installed package keeps them
-_CHECKOUT_CONFIGS = CONFIG_DIR.parents[2] / "configs"
-PRESET_DIR = (_CHECKOUT_CONFIGS if _CHECKOUT_CONFIGS.is_dir() else CONFIG_DIR) / "experiment"
+# presets are linked where the package keeps them (src/normlab/configs in a checkout): a link through the
+# checkout's configs/ symlink would not open on a code host that shows symlinks as files
+PRESET_DIR = CONFIG_DIR / "experiment"
 REPORT_FILE = "REPORT.md"
 TIMINGS_FILE = "timings.json"
 FIGURE_DPI = 100  # keeps every PNG well under 300 KB
