@@ -1,0 +1,248 @@
+"""The stability findings (DeepNet's model update, Wortsman's qk-norm and z-loss, Takase's embedding
+scale, our tied-embedding collapse) on fabricated sweeps with chosen numbers: a clear effect reproduces,
+the opposite does not, and runs the claim needs to have learned but did not make the setup fail."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from finding_checks import draws, jitter, verdicts
+from reproduce_crafted import UNIGRAM, Sweep
+
+from normlab.analysis import load_runs
+from normlab.analysis.findings import evaluate
+from normlab.analysis.verdicts import NOT_REPRODUCED, REPRODUCED, SETUP_FAILED
+from normlab.metrics import names
+
+# ----------------------------------------------------------------------- finding 3 (DeepNet)
+
+
+def deepnet_sweep(root, early, loss, seeds=3, steps=300):
+    """early[label] = model update at the first logged steps; loss[label] = final val loss."""
+    sweep = Sweep(root, "deepnet_model_update")
+    variants = {"pre": ("ln", "pre"), "post": ("ln", "post"), "deep": ("deepnorm", "post")}
+    for label, (norm, placement) in variants.items():
+        for seed in range(seeds):
+            rows = [
+                {names.STEP: s, names.MODEL_UPDATE: early[label] * (1 + 0.05 * seed) * (1 + s / steps)}
+                for s in range(10, steps + 1, 10)
+            ]
+            sweep.add(
+                {
+                    "norm.name": norm,
+                    "placement.name": placement,
+                    "seed": seed,
+                    "depth": 24,
+                    "train.max_steps": steps,
+                },
+                final_val=loss[label] + 0.01 * seed,
+                rows=rows,
+            )
+    return root
+
+
+def test_deepnet_verdicts(tmp_path):
+    claimed = deepnet_sweep(
+        tmp_path / "a", {"pre": 5, "post": 80, "deep": 5}, {"pre": 3, "post": 5.75, "deep": 3}
+    )
+    assert evaluate("deepnet_model_update", load_runs(claimed)).verdict == REPRODUCED
+    assert draws("deepnet_model_update", load_runs(claimed)) == 2
+    same = deepnet_sweep(tmp_path / "b", {"pre": 5, "post": 5, "deep": 5}, {"pre": 3, "post": 3, "deep": 3})
+    assert evaluate("deepnet_model_update", load_runs(same)).verdict == NOT_REPRODUCED
+    stuck = deepnet_sweep(
+        tmp_path / "c", {"pre": 5, "post": 80, "deep": 5}, {"pre": 5.75, "post": 5.75, "deep": 5.75}
+    )
+    assert evaluate("deepnet_model_update", load_runs(stuck)).verdict == SETUP_FAILED
+
+
+# ------------------------------------------------------------------- findings 7–8 (Wortsman)
+
+
+def qk_sweep(root, logit, loss, lrs=(1e-3, 1e-2, 1e-1), seeds=3):
+    """logit(qk, lr) = final max attention logit; loss(qk, lr) = final val loss (None: diverged)."""
+    sweep = Sweep(root, "wortsman_qk_norm")
+    for qk in ("none", "ln"):
+        for lr in lrs:
+            for seed in range(seeds):
+                final = loss(qk, lr)
+                rows = [
+                    {
+                        names.STEP: s,
+                        names.attn_max_logit_layer(0): logit(qk, lr) * (s + 1) / 101 * (1 + 0.02 * seed),
+                    }
+                    for s in (0, 50, 100)
+                ]
+                sweep.add(
+                    {"model.qk_norm": qk, "optim.lr": lr, "seed": seed},
+                    final_val=None if final is None else final + 0.01 * seed,
+                    status="diverged" if final is None else "completed",
+                    rows=rows,
+                )
+    return root
+
+
+def test_qk_norm_verdicts(tmp_path):
+    def logit(qk, lr):
+        return 5.0 if qk == "ln" or lr < 1e-2 else 5.0 * (1 + 1000 * lr)
+
+    def loss(qk, lr):
+        return None if (qk == "none" and lr >= 1e-1) else 3.0
+
+    rs = load_runs(qk_sweep(tmp_path / "a", logit, loss))
+    outcome = evaluate("wortsman_qk_norm", rs)
+    assert outcome.verdict == REPRODUCED, verdicts(outcome)
+    assert draws("wortsman_qk_norm", rs) == 1
+    flat = load_runs(qk_sweep(tmp_path / "b", lambda qk, lr: 5.0, lambda qk, lr: 3.0))
+    assert evaluate("wortsman_qk_norm", flat).verdict == NOT_REPRODUCED
+
+
+def zloss_sweep(root, log_z, loss, lrs=(1e-2, 1e-1), seeds=3):
+    sweep = Sweep(root, "wortsman_z_loss")
+    for z in (0.0, 1e-4):
+        for lr in lrs:
+            for seed in range(seeds):
+                rows = [
+                    {names.STEP: s, "logits/log_z": log_z(z, lr) * s / 100 * (1 + 0.05 * seed)}
+                    for s in (0, 50, 100)
+                ]
+                sweep.add(
+                    {"optim.z_loss": z, "optim.lr": lr, "seed": seed},
+                    final_val=loss(z, lr) + 0.01 * seed,
+                    rows=rows,
+                )
+    return root
+
+
+def test_z_loss_verdicts(tmp_path):
+    drift = load_runs(
+        zloss_sweep(
+            tmp_path / "a",
+            lambda z, lr: -40.0 if z == 0 else -0.5,
+            lambda z, lr: 3.5 if (z == 0 and lr > 1e-2) else 3.0,
+        )
+    )
+    assert evaluate("wortsman_z_loss", drift).verdict == REPRODUCED
+    assert draws("wortsman_z_loss", drift) == 1
+    calm = load_runs(zloss_sweep(tmp_path / "b", lambda z, lr: -0.5, lambda z, lr: 3.0))
+    assert evaluate("wortsman_z_loss", calm).verdict == NOT_REPRODUCED
+
+
+# ------------------------------------------------------------------------ finding 9 (Takase)
+
+
+def takase_sweep(root, spiky, grad, seeds=4, steps=200, depth=4):
+    """spiky[scale]: whether the loss curve has jumps; grad[scale]: gradient scale of block 0."""
+    sweep = Sweep(root, "takase_embed_scale")
+    for scale in ("1.0", "sqrt_d"):
+        for seed in range(seeds):
+            rng = np.random.default_rng(seed)
+            rows = []
+            for s in range(1, steps + 1):
+                loss = 6.0 * math.exp(-s / 60) + 3.0 + rng.normal(0, 0.02)
+                if spiky[scale] and s % 50 == 25:
+                    loss += 1.0
+                g0 = grad[scale] * (1 + 0.05 * seed)  # block 0's gradient; the last block's is ≈ 1
+                row = {names.STEP: s, names.LOSS: loss, names.GRAD_NORM: g0 * 2}
+                row.update(
+                    {
+                        names.grad_norm_layer(i): g0 ** ((depth - 1 - i) / (depth - 1))
+                        * (1 + rng.normal(0, 0.03))
+                        for i in range(depth)
+                    }
+                )
+                rows.append(row)
+            sweep.add(
+                {"model.embed_scale": scale, "seed": seed, "depth": depth, "train.max_steps": steps},
+                final_val=3.0 + 0.01 * seed,
+                rows=rows,
+            )
+    return root
+
+
+def test_takase_verdicts(tmp_path):
+    claimed = takase_sweep(tmp_path / "a", {"1.0": True, "sqrt_d": False}, {"1.0": 4.0, "sqrt_d": 1.0})
+    outcome = evaluate("takase_embed_scale", load_runs(claimed))
+    assert outcome.verdict == REPRODUCED, verdicts(outcome)
+    assert draws("takase_embed_scale", load_runs(claimed)) == 2
+    calm = takase_sweep(tmp_path / "b", {"1.0": False, "sqrt_d": False}, {"1.0": 4.0, "sqrt_d": 1.0})
+    outcome = evaluate("takase_embed_scale", load_runs(calm))
+    assert [c.verdict for c in outcome.checks][-1] == NOT_REPRODUCED  # decidable without any detected spike
+    assert outcome.verdict == NOT_REPRODUCED
+
+
+def test_takase_table_counts_detector_spikes_from_the_summaries(tmp_path):
+    """Real runs keep the detector's counts in summary.json (an integer column once loaded by pandas)."""
+    root = takase_sweep(tmp_path, {"1.0": True, "sqrt_d": False}, {"1.0": 4.0, "sqrt_d": 1.0}, seeds=2)
+    for run in sorted(root.iterdir()):
+        summary_path = run / "summary.json"
+        summary = json.loads(summary_path.read_text())
+        summary["n_loss_spikes"] = 2 if run.name[0] in "01" else 0
+        summary_path.write_text(json.dumps(summary))
+    rows = {r["embed_scale"]: r for r in evaluate("takase_embed_scale", load_runs(root)).table}
+    assert rows["1.0"]["detector loss spikes per run"] == "2.0 ± 0.0"
+    assert rows["sqrt_d"]["detector loss spikes per run"] == "0.0 ± 0.0"
+
+
+# ----------------------------------------------------------------- finding 10 (tied, ours)
+
+
+def tied_sweep(root, loss, decay, rank_end, seeds=3, steps=100, depth=4):
+    """loss[label], decay[label] (gradient ratio per block downwards), rank_end[label] (effective rank at
+    the end, from 60 at step 0) for labels 'pre-tied', 'post-tied', 'post-untied'."""
+    sweep = Sweep(root, "tied_embedding_collapse")
+    variants = {"pre-tied": ("pre", True), "post-tied": ("post", True), "post-untied": ("post", False)}
+    for label, (placement, tie) in variants.items():
+        for seed in range(seeds):
+            rows = []
+            for s in (0, 10, 20, 50, steps):
+                row = {
+                    names.STEP: s,
+                    "embed/effective_rank": 60.0 if s == 0 else rank_end[label] * (1 + 0.01 * seed),
+                }
+                row.update(
+                    {
+                        names.grad_norm_layer(i): jitter(seed, i, s) * decay[label] ** (depth - 1 - i)
+                        for i in range(depth)
+                    }
+                )
+                rows.append(row)
+            sweep.add(
+                {
+                    "placement.name": placement,
+                    "model.tie_embeddings": tie,
+                    "seed": seed,
+                    "depth": depth,
+                    "train.max_steps": steps,
+                },
+                final_val=loss[label] + 0.01 * seed,
+                rows=rows,
+            )
+    return root
+
+
+def test_tied_embedding_verdicts(tmp_path):
+    claimed = tied_sweep(
+        tmp_path / "a",
+        {"pre-tied": 2.7, "post-tied": UNIGRAM + 0.01, "post-untied": 1.7},
+        {"pre-tied": 1.2, "post-tied": 0.1, "post-untied": 0.9},
+        {"pre-tied": 42.0, "post-tied": 23.0, "post-untied": 59.0},
+    )
+    outcome = evaluate("tied_embedding_collapse", load_runs(claimed))
+    assert outcome.verdict == REPRODUCED, verdicts(outcome)
+    assert draws("tied_embedding_collapse", load_runs(claimed)) == 1
+    learns = tied_sweep(
+        tmp_path / "b",
+        {"pre-tied": 2.7, "post-tied": 2.6, "post-untied": 2.5},
+        {"pre-tied": 1.2, "post-tied": 0.9, "post-untied": 0.9},
+        {"pre-tied": 42.0, "post-tied": 44.0, "post-untied": 59.0},
+    )
+    assert evaluate("tied_embedding_collapse", load_runs(learns)).verdict == NOT_REPRODUCED
+    broken = tied_sweep(
+        tmp_path / "c",
+        {"pre-tied": UNIGRAM, "post-tied": UNIGRAM, "post-untied": 1.7},
+        {"pre-tied": 1.2, "post-tied": 0.1, "post-untied": 0.9},
+        {"pre-tied": 42.0, "post-tied": 23.0, "post-untied": 59.0},
+    )
+    assert evaluate("tied_embedding_collapse", load_runs(broken)).verdict == SETUP_FAILED
