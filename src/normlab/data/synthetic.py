@@ -21,7 +21,6 @@ from __future__ import annotations
 import random
 
 from normlab.data.synthetic_parts import make_helper, make_hero, with_article
-from normlab.data.synthetic_problems import ProblemBeats
 from normlab.data.synthetic_words import (
     ANIMALS,
     CLOSERS,
@@ -36,6 +35,7 @@ from normlab.data.synthetic_words import (
     THINGS,
     WEATHER_NICE,
 )
+from normlab.data.synthetic_worries import WorryBeats
 
 # Bump whenever the output of the generator changes for a given (seed, stream, i): it is part of the
 # token cache key, so old caches are rebuilt instead of silently reused.
@@ -45,7 +45,7 @@ TRAIN_STREAM = "train"
 VAL_STREAM = "validation"
 
 
-class Story(ProblemBeats):
+class Story(WorryBeats):
     """Builds one story: the cast, the want, one problem (`synthetic_problems`) and its ending."""
 
     def __init__(self, r: random.Random) -> None:
