@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
-from tiny_run import CORPUS, LOOP
+from tiny_run import CORPUS, SHORT
 
 from normlab.config.compose import compose_config
 
@@ -15,16 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 
 # A tiny model on a tiny slice of the embedded corpus: every knob still goes through the real config tree.
-TINY = [
-    "model=tiny",
-    *LOOP,
-    *CORPUS,
-    "train.batch_size=8",
-    "train.max_steps=3",
-    "train.eval_every=0",
-    "train.sample_tokens=4",
-    "warmup_steps=2",
-]
+TINY = [*SHORT, *CORPUS, "train.sample_tokens=4"]
 
 
 @pytest.fixture(scope="session")

@@ -7,22 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiny_run import CORPUS, LOOP
+from tiny_run import CORPUS, SHORT
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "train.py"
 
 # Everything but the corpus: a tiny model for a few steps (tests/conftest.py's TINY, split in two so that a
 # test can pick another corpus).
-BASE = [
-    "model=tiny",
-    *LOOP,
-    "train.batch_size=8",
-    "train.max_steps=3",
-    "train.eval_every=0",
-    "train.sample_tokens=0",
-    "warmup_steps=2",
-]
+BASE = [*SHORT, "train.sample_tokens=0"]
 SYNTHETIC = CORPUS
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from normlab.io import json_safe, write_text_atomic
 
-__all__ = ["JsonlSink", "json_safe", "scalar"]
+__all__ = ["JsonlSink", "RowSink", "json_safe", "scalar"]
 
 log = logging.getLogger("normlab")
 
@@ -39,7 +40,27 @@ def read_rows(path: Path) -> tuple[list[str], int]:
     return lines, torn
 
 
-class JsonlSink:
+class RowSink:
+    """A sink as a training-loop callback (normlab.train.callbacks): training and evaluation rows go to
+    `log`; `on_end` does nothing unless a sink overrides it."""
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
+    def on_step(self, row: dict[str, Any]) -> None:
+        self.log(row)
+
+    def on_eval(self, row: dict[str, Any]) -> None:
+        self.log(row)
+
+    def on_checkpoint(self, step: int) -> None:
+        return None
+
+    def on_end(self, result: Any) -> None:
+        return None
+
+
+class JsonlSink(RowSink):
     """Appends one JSON object per row to metrics.jsonl, flushed as it is written (fsynced on close).
 
     Resuming into an existing file first drops rows at or after the resumed step (rewriting the file
@@ -61,16 +82,6 @@ class JsonlSink:
     def log(self, row: dict[str, Any]) -> None:
         self._file.write(json.dumps({k: json_safe(v) for k, v in row.items() if scalar(v)}) + "\n")
         self._file.flush()
-
-    # the training loop's callback protocol (normlab.train.callbacks)
-    def on_step(self, row: dict[str, Any]) -> None:
-        self.log(row)
-
-    def on_eval(self, row: dict[str, Any]) -> None:
-        self.log(row)
-
-    def on_checkpoint(self, step: int) -> None:
-        return None
 
     def on_end(self, result: Any) -> None:
         self.close()

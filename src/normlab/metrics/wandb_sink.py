@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 from normlab.metrics import names
 from normlab.metrics.histograms import Histogram
+from normlab.metrics.sinks import RowSink
 
 log = logging.getLogger("normlab")
 
@@ -200,8 +201,9 @@ def announce(run: Any, credentials: bool) -> None:
         log.info("W&B run: %s", getattr(run, "url", None))
 
 
-class WandbSink:
-    """One W&B run: `log(row)` per metrics row, `finish(summary)` once, however the run ended.
+class WandbSink(RowSink):
+    """One W&B run: `log(row)` per metrics row (as a training-loop callback, RowSink), `finish(summary)` once,
+    however the run ended.
 
     `start`, when given, opens the W&B run at the first `log` (and returns it, or None when W&B cannot
     start); `run` is then None until that first row."""
@@ -287,20 +289,6 @@ class WandbSink:
         except Exception as e:
             log.warning("W&B logging failed (%s: %s); W&B off for the rest of this run.", type(e).__name__, e)
             self._close(exit_code=1)
-
-    # the training loop's callback protocol (normlab.train.callbacks); `finish` ends the W&B run later,
-    # with the summary, however the run ended
-    def on_step(self, row: dict[str, Any]) -> None:
-        self.log(row)
-
-    def on_eval(self, row: dict[str, Any]) -> None:
-        self.log(row)
-
-    def on_checkpoint(self, step: int) -> None:
-        return None
-
-    def on_end(self, result: Any) -> None:
-        return None
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         """Copy the summary and end the run; exit code 0 only for a completed run (W&B shows others failed).
