@@ -48,7 +48,11 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        # unbind, then transpose each: the backward stacks the three gradients straight into the qkv
+        # layout (a permute first would add a copy to make it contiguous); values are identical
+        q, k, v = (
+            z.transpose(1, 2) for z in self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).unbind(2)
+        )
         # the queries and keys the scores are made of leave q_norm and k_norm (identities without qk_norm):
         # metrics.activations hooks them there on the steps that log the max attention logit
         q, k = self.q_norm(q), self.k_norm(k)
