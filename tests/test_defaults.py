@@ -1,6 +1,6 @@
-"""The YAML under configs/ is where a default is written; code that also needs a value when a key is left
-out (library calls with a partial spec, dataclasses built directly) must agree with it. A changed YAML
-default without its code twin, or the reverse, fails here by name."""
+"""The YAML under configs/ is the one place a default is written: code given a partial spec (a norm built
+with only its name, a corpus source from an empty dict, a config dataclass built without values) takes the
+missing values from there. Each test builds the thing bare and compares with the YAML read here."""
 
 from __future__ import annotations
 

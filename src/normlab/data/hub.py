@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 from normlab.errors import UserError
 
 from .local import OFFICIAL_TXT, SEPARATOR, read_txt
-from .sources import Source, positive_int
+from .sources import Source, positive_int, with_defaults
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +82,15 @@ class HubSource(Source):
     name = "tinystories"
 
     def __init__(self, cfg: dict[str, Any], version: str, progress: bool) -> None:
-        self.hub_id = str(cfg.get("hub_id") or "roneneldan/TinyStories")
-        self.revision = str(cfg.get("revision") or "main")
+        cfg = with_defaults(cfg, self.name)
+        self.hub_id = str(cfg["hub_id"])
+        self.revision = str(cfg["revision"])
         self.version = version
-        self.max_train = positive_int(cfg, "max_train_stories", None, allow_null=True)
-        self.max_val = positive_int(cfg, "max_val_stories", None, allow_null=True)
+        self.max_train = positive_int(cfg, "max_train_stories", allow_null=True)
+        self.max_val = positive_int(cfg, "max_val_stories", allow_null=True)
         self.n_train, self.n_val = self.max_train, self.max_val
         self.progress = progress
-        self.text_field = str(cfg.get("text_field") or "text")
+        self.text_field = str(cfg["text_field"])
         self._offline: bool | None = None
         self._paths: dict[str, Path] = {}
 

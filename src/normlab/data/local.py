@@ -31,7 +31,7 @@ from typing import Any
 from normlab.errors import UserError
 
 from .cache import absolute
-from .sources import Source, positive_int
+from .sources import Source, positive_int, with_defaults
 
 log = logging.getLogger(__name__)
 
@@ -268,14 +268,15 @@ class FileSource(Source):
         *,
         val_fraction: float | None,
     ) -> None:
+        cfg = with_defaults(cfg, name)
         self.name = name
         self.root = root
         self.layout = layout
-        self.text_field = str(cfg.get("text_field") or "text")
-        self.separator = SEPARATOR if name == "tinystories" else (cfg.get("separator") or None)
-        self.max_train = positive_int(cfg, "max_train_stories", None, allow_null=True)
-        self.max_val = positive_int(cfg, "max_val_stories", None, allow_null=True)
-        self.val_every = None if layout.val else max(2, round(1 / float(val_fraction or 0.01)))
+        self.text_field = str(cfg["text_field"])
+        self.separator = SEPARATOR if name == "tinystories" else (cfg["separator"] or None)
+        self.max_train = positive_int(cfg, "max_train_stories", allow_null=True)
+        self.max_val = positive_int(cfg, "max_val_stories", allow_null=True)
+        self.val_every = None if layout.val else max(2, round(1 / float(val_fraction or cfg["val_fraction"])))
         self.n_train = self.max_train
         self.n_val = self.max_val
         if layout.fmt == "parquet" and layout.val:
@@ -337,7 +338,7 @@ def _parquet_rows(paths: list[Path]) -> int:
 
 
 def _version(cfg: dict[str, Any]) -> str:
-    version = str(cfg.get("version") or "v2").lower()
+    version = str(cfg["version"]).lower()
     if version not in OFFICIAL_TXT:
         raise UserError(
             f"data.version={cfg.get('version')} is not a TinyStories version; set data.version=v1 or v2."
@@ -348,6 +349,7 @@ def _version(cfg: dict[str, Any]) -> str:
 def tinystories_source(cfg: dict[str, Any], progress: bool = True) -> Source:
     from .hub import HubSource  # the Hub's libraries load only when no local copy is used
 
+    cfg = with_defaults(cfg, "tinystories")
     version = _version(cfg)
     if not cfg.get("path"):
         return HubSource(cfg, version, progress)
@@ -382,6 +384,7 @@ def tinystories_source(cfg: dict[str, Any], progress: bool = True) -> Source:
 
 
 def text_source(cfg: dict[str, Any]) -> Source:
+    cfg = with_defaults(cfg, "text")
     if not cfg.get("path"):
         raise UserError(
             "data=text needs a corpus: set data.path=FILE_OR_DIR (.txt, .jsonl or .parquet files)."
@@ -405,7 +408,7 @@ def text_source(cfg: dict[str, Any]) -> Source:
                 "validation file or folder."
             )
         layout.val = vfiles
-    fraction = float(cfg.get("val_fraction") or 0.01)
+    fraction = float(cfg["val_fraction"])
     if not 0 < fraction < 1:
         raise UserError(f"data.val_fraction={fraction} is not between 0 and 1; set it to e.g. 0.01.")
     return FileSource("text", root, layout, cfg, val_fraction=fraction)

@@ -6,10 +6,12 @@ second run must start instantly), and must change whenever the texts it yields w
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tqdm.auto import tqdm
+
+from normlab.configs import group_defaults
 
 from .cache import progress_enabled
 from .synthetic import GENERATOR_VERSION, TRAIN_STREAM, VAL_STREAM, generate_story
@@ -37,12 +39,16 @@ class Source:
         return {}
 
 
-def positive_int(
-    cfg: dict[str, Any], key: str, default: int | None = None, *, allow_null: bool = False
-) -> Any:
+def with_defaults(cfg: Mapping[str, Any], option: str) -> dict[str, Any]:
+    """`cfg` (a `data` group, possibly partial) over configs/data/OPTION.yaml: the keys it leaves out take
+    the YAML's values, their one place."""
+    return {**group_defaults("data", option), **cfg}
+
+
+def positive_int(cfg: Mapping[str, Any], key: str, *, allow_null: bool = False) -> Any:
     from normlab.errors import UserError
 
-    value = cfg.get(key, default)
+    value = cfg.get(key)
     if value is None and allow_null:
         return None
     try:
@@ -66,9 +72,10 @@ class SyntheticSource(Source):
     name = "synthetic"
 
     def __init__(self, cfg: dict[str, Any], progress: bool = True) -> None:
-        self.n_train = positive_int(cfg, "n_train_stories", 50_000)
-        self.n_val = positive_int(cfg, "n_val_stories", 2_000)
-        self.seed = int(cfg.get("corpus_seed", 1234))
+        cfg = with_defaults(cfg, self.name)
+        self.n_train = positive_int(cfg, "n_train_stories")
+        self.n_val = positive_int(cfg, "n_val_stories")
+        self.seed = int(cfg["corpus_seed"])
         self.progress = progress
         self._train: list[str] | None = None
         self._val: list[str] | None = None

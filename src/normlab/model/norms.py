@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab.configs import group_defaults
+
 
 class _RMSNormCPU(torch.autograd.Function):
     """RMSNorm in float32 with few passes over memory, for the CPU, where torch has no fused backward.
@@ -163,20 +165,20 @@ class NormType:
 
 
 def _layer_norm(d: int, spec: Mapping[str, Any], context_length: int) -> nn.Module:
-    return nn.LayerNorm(d, eps=spec.get("eps", 1e-5), bias=spec.get("bias", True))
+    return nn.LayerNorm(d, eps=spec["eps"], bias=spec["bias"])
 
 
 NORMS: dict[str, NormType] = {
     "ln": NormType(_layer_norm, "LN"),
-    "rms": NormType(lambda d, s, t: RMSNorm(d, eps=s.get("eps", 1e-6)), "RMS"),
+    "rms": NormType(lambda d, s, t: RMSNorm(d, eps=s["eps"]), "RMS"),
     "bn": NormType(
         lambda d, s, t: CausalBatchNorm(
             d,
             t,
-            eps=s.get("eps", 1e-5),
-            momentum=s.get("momentum", 0.1),
-            bias=s.get("bias", True),
-            sync=s.get("sync", False),
+            eps=s["eps"],
+            momentum=s["momentum"],
+            bias=s["bias"],
+            sync=s["sync"],
         ),
         "BN",
     ),
@@ -198,8 +200,10 @@ NORMS: dict[str, NormType] = {
 
 
 def build_norm(d_model: int, spec: Mapping[str, Any], context_length: int) -> nn.Module:
-    """The norm named by spec["name"], for vectors of size d_model in sequences of up to context_length."""
-    return NORMS[spec["name"]].build(d_model, spec, context_length)
+    """The norm named by spec["name"], for vectors of size d_model in sequences of up to context_length;
+    settings the spec leaves out come from configs/norm/NAME.yaml (their one place)."""
+    kind = NORMS[spec["name"]]  # an unknown name is caught before this, where the choices are listed
+    return kind.build(d_model, {**group_defaults("norm", spec["name"]), **spec}, context_length)
 
 
 QK_NORMS = ("none", "ln", "rms")
