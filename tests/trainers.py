@@ -36,9 +36,12 @@ def config_trainer(
     metrics: dict[str, Any] | None = None,
     **top: Any,
 ) -> Trainer:
-    """A CPU Trainer for `model` from the default config with these train / optim / metrics keys changed;
+    """A CPU Trainer for `model` (a normlab GPT) from the default config with these train / optim / metrics
+    keys changed and the model's norm and placement;
     `top` replaces top-level values (schedule={"name": "constant"}, warmup_steps=0, seed=1, ...)."""
     cfg = default_config()
+    # the model's own variant, which metrics.model_update=auto asks about
+    cfg["norm"]["name"], cfg["placement"]["name"] = model.norm_name, model.placement
     for group, changes in (("train", train), ("optim", optim), ("metrics", metrics)):
         cfg[group].update(changes or {})
     cfg.update(top)

@@ -218,9 +218,11 @@ class WandbSink(RowSink):
         lcfg = cfg["logger"]
         try:
             import wandb
-        except ImportError:
+        except ImportError as e:  # a dependency, but one whose own imports (protobuf, ...) can break
             log.warning(
-                "W&B off: the wandb package is not installed (pip install wandb); metrics.jsonl only."
+                "W&B off: wandb could not be imported (%s); metrics.jsonl only — reinstall it with "
+                "pip install --force-reinstall wandb.",
+                e,
             )
             return None
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -52,7 +53,7 @@ class Trainer:
     """Owns the model, optimizer, monitor and RNG streams of one run; `fit` trains and reports to callbacks.
 
     Build it with `Trainer.from_config(cfg, ...)` from a composed config. `metrics` is the `metrics`
-    group; `monitor` watches rows for spikes and divergence (default: one that writes no reports); `dist` is
+    group, with model_update resolved to true or false; `monitor` watches rows for spikes and divergence (default: one that writes no reports); `dist` is
     this process's place in a torchrun run (normlab.distributed: each rank trains on its slice of the global
     batch, gradients averaged).
     """
@@ -114,14 +115,24 @@ class Trainer:
         device: torch.device,
         *,
         reports_dir: Path | None = None,
+        histograms: bool = True,
         dist: Dist = SINGLE,
         **replace: Any,
     ) -> Trainer:
         """The Trainer a resolved run config describes: its train, optim, schedule, warmup_steps, seed,
-        metrics, spikes and divergence groups. The monitor writes spike and divergence reports into
-        `reports_dir` (None: none). `replace` swaps whole groups (`train=`, `metrics=`, `spikes=`, ...: a
-        benchmark changes a few keys)."""
+        metrics, spikes and divergence groups (and norm and placement, which metrics.model_update=auto
+        asks about). The monitor writes spike and divergence reports into `reports_dir` (None: none);
+        `histograms` False skips the gradient histograms (only W&B shows them). `replace` swaps whole
+        groups (`train=`, `metrics=`, `spikes=`, ...: a benchmark changes a few keys)."""
         group = {**cfg, **replace}
+        metrics = InstrumentConfig.from_config(group["metrics"])
+        metrics = dataclasses.replace(
+            metrics,
+            model_update=wants_model_update(
+                metrics.model_update, group["norm"]["name"], group["placement"]["name"]
+            ),
+            histogram_every=metrics.histogram_every if histograms else 0,
+        )
         monitor = Monitor(
             SpikeConfig.from_config(group["spikes"]),
             DivergenceConfig.from_config(group["divergence"]),
@@ -138,15 +149,14 @@ class Trainer:
             schedule=group["schedule"]["name"],
             warmup_steps=group["warmup_steps"],
             seed=group["seed"],
-            metrics=InstrumentConfig.from_config(group["metrics"]),
+            metrics=metrics,
             monitor=monitor,
             dist=dist,
         )
 
     def _instruments(self, cfg: InstrumentConfig) -> Instruments:
         probe = None
-        norm, placement = getattr(self.model, "norm_name", ""), getattr(self.model, "placement", "")
-        if wants_model_update(cfg.model_update, norm, placement):
+        if cfg.model_update is True:  # "auto" is resolved by from_config, which knows the variant
             rng = torch.Generator().manual_seed(PROBE_SEED)
             x, _ = sample_windows(self.val_tokens, cfg.probe_batch, self.cfg["seq_len"], rng)
             probe = x.to(self.device)

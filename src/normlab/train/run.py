@@ -301,9 +301,6 @@ class Run:
             cfg["logger"]["name"] == "wandb" and self.dist.is_main
         ):  # only now: a run that fails before training opens no W&B run
             self.wandb = WandbSink.open(cfg, self.run_dir, self.group or self._default_group())
-        metrics = dict(cfg["metrics"])
-        if self.wandb is None:  # histograms are for W&B only: don't compute them for nobody
-            metrics["histogram_every"] = 0
         trainer = Trainer.from_config(
             cfg,
             model,
@@ -311,8 +308,8 @@ class Run:
             corpus.val,
             device,
             reports_dir=self.run_dir if self.dist.is_main else None,
+            histograms=self.wandb is not None,  # W&B alone shows them: not computed for nobody
             dist=self.dist,
-            metrics=metrics,
         )
         resume_step = None
         if self.ckpt is not None:
