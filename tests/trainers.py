@@ -3,6 +3,7 @@ keys a test varies replaced: no test spells out a whole train or optim group."""
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from typing import Any
 
@@ -23,7 +24,7 @@ def _default_config() -> dict[str, Any]:
 
 def default_config() -> dict[str, Any]:
     """The composed default config as plain containers (a fresh copy)."""
-    return OmegaConf.to_container(OmegaConf.create(_default_config()))
+    return copy.deepcopy(_default_config())
 
 
 def config_trainer(

@@ -53,9 +53,9 @@ class Trainer:
     """Owns the model, optimizer, monitor and RNG streams of one run; `fit` trains and reports to callbacks.
 
     Build it with `Trainer.from_config(cfg, ...)` from a composed config. `metrics` is the `metrics`
-    group, with model_update resolved to true or false; `monitor` watches rows for spikes and divergence (default: one that writes no reports); `dist` is
-    this process's place in a torchrun run (normlab.distributed: each rank trains on its slice of the global
-    batch, gradients averaged).
+    group, with model_update resolved to true or false; `monitor` watches rows for spikes and divergence
+    (default: one that writes no reports); `dist` is this process's place in a torchrun run
+    (normlab.distributed: each rank trains on its slice of the global batch, gradients averaged).
     """
 
     def __init__(
