@@ -143,3 +143,21 @@ def test_startup_benchmark_reports_the_fixed_cost(repo_root, tmp_path, cache_dir
         "max_steps=0",
     }
     assert all(len(v) == 1 for v in result["times_s"].values())
+
+
+def test_norm_op_benchmark_reports_both_norms_per_shape(repo_root, tmp_path):
+    out = tmp_path / "norm.json"
+    args = ["--shape=2x4x8", "--shape=1x3x16", "--blocks=2", "--reps=2", f"--json={out}"]
+    proc = run(repo_root, "scripts/bench_norm_op.py", *args)
+    assert proc.stdout.count("per forward + backward") == 2 and "median of 2 block pairs" in proc.stdout
+    results = json.loads(out.read_text())
+    assert [r["shape"] for r in results] == [[2, 4, 8], [1, 3, 16]]
+    for r in results:
+        assert r["rms_us"] > 0 and r["ln_us"] > 0 and r["ratio_min"] <= r["ratio"] <= r["ratio_max"]
+    bad = subprocess.run(
+        [sys.executable, "scripts/bench_norm_op.py", "--shape=32x128"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "BATCHxTOKENSxWIDTH" in bad.stderr

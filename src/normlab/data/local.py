@@ -257,7 +257,9 @@ def _others(files: Iterable[Path], root: Path, limit: int = 6) -> str:
 
 
 class FileSource(Source):
-    """Documents from local files; validation from the validation files, or every k-th document."""
+    """Documents from local files; validation from the validation files, or every k-th document (k from
+    `val_fraction`). `cfg` is the data group with its YAML defaults filled in (`with_defaults`), as
+    `tinystories_source` and `text_source` pass it."""
 
     def __init__(
         self,
@@ -268,7 +270,6 @@ class FileSource(Source):
         *,
         val_fraction: float | None,
     ) -> None:
-        cfg = with_defaults(cfg, name)
         self.name = name
         self.root = root
         self.layout = layout
@@ -276,7 +277,7 @@ class FileSource(Source):
         self.separator = SEPARATOR if name == "tinystories" else (cfg["separator"] or None)
         self.max_train = positive_int(cfg, "max_train_stories", allow_null=True)
         self.max_val = positive_int(cfg, "max_val_stories", allow_null=True)
-        self.val_every = None if layout.val else max(2, round(1 / float(val_fraction or cfg["val_fraction"])))
+        self.val_every = None if layout.val else max(2, round(1 / float(val_fraction)))
         self.n_train = self.max_train
         self.n_val = self.max_val
         if layout.fmt == "parquet" and layout.val:

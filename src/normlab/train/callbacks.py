@@ -65,12 +65,16 @@ class ProgressBar(Callback):
 
 
 class Checkpoints(Callback):
-    """Writes checkpoints/step_{n}.pt at the loop's checkpoint steps from what `state` returns then."""
+    """Writes checkpoints/step_{n}.pt at the loop's checkpoint steps (and, through `save`, any named
+    checkpoint) from what `state` returns then."""
 
     def __init__(
         self, directory: Path, state: Callable[[], dict[str, Any]], model_cfg: Mapping[str, Any]
     ) -> None:
         self.directory, self.state, self.model_cfg = directory, state, model_cfg
 
+    def save(self, name: str) -> None:
+        checkpoint.save_checkpoint(self.directory / name, self.state(), self.model_cfg)
+
     def on_checkpoint(self, step: int) -> None:
-        checkpoint.save_checkpoint(self.directory / checkpoint.step_file(step), self.state(), self.model_cfg)
+        self.save(checkpoint.step_file(step))

@@ -109,7 +109,7 @@ class Run:
         self.directory = RunDirectory(self.run_dir, (CHECKPOINT_DIR, SPIKES_DIR))
 
     # ------------------------------------------------------------------------------------------------
-    # the run directory
+    # the summary
     # ------------------------------------------------------------------------------------------------
 
     def write_summary(self, **fields: Any) -> RunSummary:
@@ -345,7 +345,7 @@ class Run:
                 sink,
                 *([self.wandb] if self.wandb is not None else []),
                 ProgressBar(tcfg["max_steps"], trainer.step, self.cfg["name"], self._progress_enabled()),
-                Checkpoints(self.run_dir / CHECKPOINT_DIR, trainer.state_dict, self.cfg["model"]),
+                self._checkpoints(trainer),
             ]
         result = trainer.fit(
             callbacks,
@@ -354,12 +354,13 @@ class Run:
         )
         return result, sink.kept if sink is not None else []
 
-    def _checkpoint(self, trainer: Trainer, name: str = LAST) -> None:
-        if not self.dist.is_main:
-            return
-        checkpoint.save_checkpoint(
-            self.run_dir / CHECKPOINT_DIR / name, trainer.state_dict(), self.cfg["model"]
-        )
+    def _checkpoints(self, trainer: Trainer) -> Checkpoints:
+        return Checkpoints(self.run_dir / CHECKPOINT_DIR, trainer.state_dict, self.cfg["model"])
+
+    def _checkpoint(self, trainer: Trainer) -> None:
+        """checkpoints/last.pt, written by rank 0 alone."""
+        if self.dist.is_main:
+            self._checkpoints(trainer).save(LAST)
 
     def _finish(self, trainer: Trainer, result: LoopResult, previous: list[dict[str, Any]]) -> None:
         """Checkpoint, then the summary: both atomic, both before anything else can go wrong."""
