@@ -69,6 +69,13 @@ def test_metrics_file_has_the_documented_keys(make_cfg, tmp_path):
     assert evals[4][names.VAL_PPL] == pytest.approx(math.exp(evals[4][names.VAL_LOSS]))
 
 
+def test_the_first_steps_are_measured_densely_then_every_few(make_cfg, tmp_path):
+    """Instabilities live in the first steps: every one up to metrics.dense_until is instrumented."""
+    Run(make_cfg("train.max_steps=14", "metrics.every=5", "metrics.dense_until=6"), tmp_path).execute()
+    steps = [r[names.STEP] for r in rows(tmp_path) if names.act_rms_layer(0) in r and names.LOSS in r]
+    assert steps == [0, 1, 2, 3, 4, 5, 6, 10]
+
+
 def test_eval_at_start_adds_the_step_0_evaluation(make_cfg, tmp_path):
     Run(make_cfg("train.eval_every=2", "train.max_steps=4", "train.eval_at_start=true"), tmp_path).execute()
     assert sorted(r[names.STEP] for r in rows(tmp_path) if names.VAL_LOSS in r) == [0, 2, 4]

@@ -44,6 +44,14 @@ def test_scale_and_rotation_do_not_matter():
     ).item() == pytest.approx(r, rel=1e-5)
 
 
+def test_a_non_finite_matrix_has_no_rank_rather_than_an_error():
+    m = torch.randn(16, 4)
+    m[3, 1] = float("inf")
+    assert math.isnan(effective_rank(m).item())
+    m[3, 1] = float("nan")
+    assert math.isnan(effective_rank(m).item())
+
+
 def test_instrumented_rows_carry_the_embeddings_effective_rank(make_gpt, make_trainer):
     model = make_gpt()
     trainer = make_trainer(model, metrics={"every": 2})

@@ -112,9 +112,15 @@ def test_no_update_ratio_without_an_update(make_gpt, make_trainer):
 
 
 def test_only_instrumented_steps_get_a_probe(make_gpt, make_trainer):
-    trainer = make_trainer(make_gpt(), metrics={"every": 5})
-    assert [s for s in range(12) if trainer.instruments.begin(s) is not None] == [0, 5, 10]
-    assert make_trainer(make_gpt(), metrics={"every": 0}).instruments.begin(5) is None
+    def probed(**metrics) -> list[int]:
+        trainer = make_trainer(make_gpt(), metrics=metrics)
+        return [s for s in range(24) if trainer.instruments.begin(s) is not None]
+
+    assert probed(every=5, dense_until=0) == [0, 5, 10, 15, 20]
+    assert probed(every=5, dense_until=3) == [0, 1, 2, 3, 5, 10, 15, 20]  # every step up to 3, then sparse
+    assert probed(every=0, dense_until=2) == [0, 1, 2]
+    assert probed(every=0, dense_until=0) == [0]
+    assert probed(every=10) == list(range(21))  # the default: dense through step 20
     assert make_trainer(make_gpt(), metrics={"enabled": False}).instruments is None
 
 

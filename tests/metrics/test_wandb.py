@@ -65,7 +65,9 @@ def test_config_is_flat_with_the_choices_at_the_top(make_cfg):
 
 def test_offline_run_writes_history_config_and_exit_code(make_cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    summary = Run(make_cfg("logger=wandb", "train.max_steps=12", "metrics.every=5"), tmp_path).execute()
+    summary = Run(
+        make_cfg("logger=wandb", "train.max_steps=12", "metrics.every=5", "metrics.dense_until=0"), tmp_path
+    ).execute()
     assert summary["status"] == "completed"
     (path,) = written_offline_runs(tmp_path)  # inside the run directory, not the repository
     record = read_run(path)

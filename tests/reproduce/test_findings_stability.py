@@ -13,21 +13,22 @@ from reproduce_crafted import UNIGRAM, Sweep
 
 from normlab.analysis import load_runs
 from normlab.analysis.findings import evaluate
-from normlab.analysis.verdicts import NOT_REPRODUCED, REPRODUCED, SETUP_FAILED
+from normlab.analysis.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REPRODUCED, SETUP_FAILED
 from normlab.metrics import names
 
 # ----------------------------------------------------------------------- finding 3 (DeepNet)
 
 
-def deepnet_sweep(root, early, loss, seeds=3, steps=300):
-    """early[label] = model update at the first logged steps; loss[label] = final val loss."""
+def deepnet_sweep(root, early, loss, seeds=3, steps=300, dense_until=20):
+    """early[label] = model update at the first logged steps; loss[label] = final val loss; the update
+    is logged at every step up to `dense_until`, then every 10."""
     sweep = Sweep(root, "deepnet_model_update")
     variants = {"pre": ("ln", "pre"), "post": ("ln", "post"), "deep": ("deepnorm", "post")}
     for label, (norm, placement) in variants.items():
         for seed in range(seeds):
             rows = [
                 {names.STEP: s, names.MODEL_UPDATE: early[label] * (1 + 0.05 * seed) * (1 + s / steps)}
-                for s in range(10, steps + 1, 10)
+                for s in sorted({*range(1, dense_until + 1), *range(10, steps + 1, 10)})
             ]
             sweep.add(
                 {
@@ -49,12 +50,29 @@ def test_deepnet_verdicts(tmp_path):
     )
     assert evaluate("deepnet_model_update", load_runs(claimed)).verdict == REPRODUCED
     assert draws("deepnet_model_update", load_runs(claimed)) == 2
-    same = deepnet_sweep(tmp_path / "b", {"pre": 5, "post": 5, "deep": 5}, {"pre": 3, "post": 3, "deep": 3})
-    assert evaluate("deepnet_model_update", load_runs(same)).verdict == NOT_REPRODUCED
+    calm = deepnet_sweep(tmp_path / "b", {"pre": 5, "post": 5, "deep": 5}, {"pre": 3, "post": 3, "deep": 3})
+    outcome = evaluate("deepnet_model_update", load_runs(calm))
+    assert outcome.verdict == NOT_TESTED  # Post-LN trains as well as Pre-LN: nothing for DeepNorm to fix
+    assert "Post-LN fails at this depth" in outcome.unmet[0].name
+    same_update = deepnet_sweep(
+        tmp_path / "d", {"pre": 5, "post": 5, "deep": 5}, {"pre": 3, "post": 5.75, "deep": 3}
+    )
+    assert evaluate("deepnet_model_update", load_runs(same_update)).verdict == NOT_REPRODUCED
     stuck = deepnet_sweep(
         tmp_path / "c", {"pre": 5, "post": 80, "deep": 5}, {"pre": 5.75, "post": 5.75, "deep": 5.75}
     )
     assert evaluate("deepnet_model_update", load_runs(stuck)).verdict == SETUP_FAILED
+
+
+def test_deepnet_needs_every_early_step_measured(tmp_path):
+    """A log every 10 steps holds steps 10 and 20 of the early window: the check says it cannot decide."""
+    sparse = deepnet_sweep(
+        tmp_path / "s", {"pre": 5, "post": 80, "deep": 5}, {"pre": 3, "post": 5.75, "deep": 3}, dense_until=0
+    )
+    outcome = evaluate("deepnet_model_update", load_runs(sparse))
+    update = outcome.checks[0]
+    assert update.verdict == INCONCLUSIVE and "dense_until" in update.note
+    assert outcome.verdict == INCONCLUSIVE
 
 
 # ------------------------------------------------------------------- findings 7–8 (Wortsman)

@@ -104,7 +104,10 @@ def test_constants_carry_no_noise_and_combinations_use_welch_satterthwaite():
         (0.0, 0.01, 4, 0.1, NOT_REPRODUCED),  # no effect, and the test could see one of size 0.1
         (0.0, 0.2, 4, 0.1, INCONCLUSIVE),  # no effect, but too noisy to rule out 0.1
         (0.05, 0.005, 4, 0.1, NOT_REPRODUCED),  # a real effect, but shown smaller than the margin
-        (0.15, 0.02, 4, 0.1, REPRODUCED),  # positive, and not shown below the margin
+        (0.078, 0.004, 4, 0.1, NOT_REPRODUCED),  # finding 4's second check: below its margin of 0.1
+        (0.078, 0.02, 4, 0.1, INCONCLUSIVE),  # positive, but not shown to reach the margin: never reproduced
+        (0.12, 0.02, 4, 0.1, INCONCLUSIVE),  # above the margin, but its interval reaches below it
+        (0.15, 0.02, 4, 0.1, REPRODUCED),  # the whole interval above the margin
         (1.0, 0.0, 4, 0.0, INCONCLUSIVE),  # seeds that agree exactly: no noise estimate
         (1.0, math.nan, math.nan, 0.0, INCONCLUSIVE),  # a single seed
     ],
@@ -184,6 +187,31 @@ def test_not_reproduced_is_rare_when_the_claim_holds_and_common_when_it_does_not
     )
     assert absent.get(NOT_REPRODUCED, 0.0) >= 0.85
     assert absent.get(REPRODUCED, 0.0) <= mc_bound(ALPHA)
+
+
+def test_an_estimate_below_its_margin_is_never_reproduced():
+    """Whatever its noise, an estimate smaller than the margin cannot be called reproduced."""
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        margin = rng.uniform(0.01, 1.0)
+        value = margin * rng.uniform(-2.0, 0.999)
+        est = Estimate(value, rng.uniform(1e-4, 1.0), float(rng.integers(1, 10)), 3)
+        assert classify(est, margin) != REPRODUCED, (value, margin, est.interval())
+
+
+def test_an_effect_exactly_at_the_margin_is_rarely_called_reproduced():
+    """The margin is the smallest effect that counts: a true effect of exactly δ is the null of the test."""
+    margin = 0.1
+    rates = simulate(
+        lambda rng: difference(rng.normal(margin, 0.05, 3), rng.normal(0, 0.05, 3)),
+        lambda e: classify(e, margin),
+    )
+    assert rates.get(REPRODUCED, 0.0) <= mc_bound(ALPHA)
+    found = simulate(
+        lambda rng: difference(rng.normal(3 * margin, 0.05, 3), rng.normal(0, 0.05, 3)),
+        lambda e: classify(e, margin),
+    )
+    assert found.get(REPRODUCED, 0.0) >= 0.85  # a clear effect above δ is found
 
 
 def test_equivalence_at_the_margin_is_rarely_called_equal():

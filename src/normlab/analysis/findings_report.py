@@ -15,7 +15,15 @@ from typing import Any
 
 import matplotlib
 
-from normlab.analysis.findings import CORE, FINDINGS, Finding, evaluate, load_extras
+from normlab.analysis.findings import (
+    CORE,
+    FINDINGS,
+    Finding,
+    Robustness,
+    evaluate,
+    load_extras,
+    robustness_of,
+)
 from normlab.analysis.load import NoRunsFound, RunSet, load_runs, short_names
 from normlab.analysis.plots import save
 from normlab.analysis.report import md_table
@@ -161,6 +169,7 @@ def finding_section(
     record: dict[str, Any] | None,
     error: str | None,
     report_dir: Path,
+    robust: Robustness | None = None,
 ) -> list[str]:
     lines = [f"## {finding.number}. {finding.title}", ""]
     if finding.ours:
@@ -169,6 +178,14 @@ def finding_section(
         lines += [f"**Claim.** {finding.claim}", ""]
     lines += [f"**Source.** {finding.source}", ""]
     lines += [f"**Verdict: {outcome.verdict}** ({outcome.parts}).", ""]
+    if robust is not None:
+        line = f"**Robustness: {robust.summary}.**"
+        detail = [f"{v.what}: {v.verdict}" for v in robust.variations]
+        if detail:
+            line += " Verdict with " + "; ".join(detail) + "."
+        if finding.perturbation is not None:
+            line += f" Why {finding.perturbation.label}: {finding.perturbation.why}"
+        lines += [line, ""]
     cmd = record["command"] if record else f"python train.py -m +experiment={finding.name}"
     preset = Path(os.path.relpath(PRESET_DIR, report_dir)) / f"{finding.name}.yaml"
     lines.append(
@@ -182,6 +199,9 @@ def finding_section(
             timing += (
                 f" (sweep {fmt_duration(record.get('sweep_s'))}, profile {fmt_duration(record['profile_s'])})"
             )
+        if record.get("perturbed"):
+            timing += f", of which {fmt_duration(record['perturbed'].get('wall_s'))} for the perturbed sweep"
+            timing += f" (`{record['perturbed'].get('command')}`)"
         lines.append(f"{timing}, started {record.get('started', '?')}.")
     lines.append("")
     if error:
@@ -194,8 +214,14 @@ def finding_section(
         lines += [f"Setup failed — {note}", ""]
     if outcome.setup_failures:
         lines += ["Runs that learned nothing cannot test the claim, so the verdict is *setup failed*.", ""]
-    for note in outcome.preconditions:
-        lines += [f"Precondition not met — {note} The verdict is therefore *inconclusive*.", ""]
+    for pre in outcome.preconditions:
+        if pre.met:
+            lines += [f"Precondition met — {pre.name}: {pre.observed}.", ""]
+        else:
+            lines += [
+                f"Precondition not met — {pre.sentence} The verdict is therefore *not tested here*.",
+                "",
+            ]
     for note in outcome.notes:
         lines += [note, ""]
     if outcome.checks:
@@ -241,7 +267,10 @@ def build_report(
                 save(fig, report_dir / filename, dpi=FIGURE_DPI)
                 figures.append((filename, caption))
         verdicts[name] = outcome.verdict
-        sections += finding_section(finding, rs, outcome, figures, record, error, report_dir.resolve())
+        robust = robustness_of(name, rs, outcome.verdict, sweeps / name) if rs is not None else None
+        sections += finding_section(
+            finding, rs, outcome, figures, record, error, report_dir.resolve(), robust
+        )
         summary_rows.append(
             [
                 f"[{finding.number}](#{finding.number}-{_anchor(finding.title)})",
@@ -249,6 +278,7 @@ def build_report(
                 finding.cite,
                 f"**{outcome.verdict}**",
                 outcome.parts,
+                robust.summary if robust is not None else "–",
                 fmt_duration(record.get("wall_s")) if record else "–",
             ]
         )
@@ -291,7 +321,7 @@ def build_report(
         "",
         "## Summary",
         "",
-        md_table(["#", "finding", "source", "verdict", "checks", "wall time"], summary_rows),
+        md_table(["#", "finding", "source", "verdict", "checks", "robustness", "wall time"], summary_rows),
         "",
         "## How verdicts are decided",
         "",

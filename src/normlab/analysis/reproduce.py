@@ -8,6 +8,7 @@
 Layout of OUT (default outputs/reproduce/<date>_<time>):
     sweeps/NAME/          the Hydra sweep of preset NAME (python train.py -m +experiment=NAME)
     sweeps/NAME.log       its output
+    sweeps/NAME.perturbed/  the same preset under the finding's perturbation (the robustness line)
     timings.json          wall time, command and machine of every finding run into OUT
     REPORT.md, NAME_*.png the report (or in --report-dir)
 
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from normlab.analysis.findings import CORE, FINDINGS, PROFILE_FILE, Finding
+from normlab.analysis.findings import CORE, FINDINGS, PROFILE_FILE, Finding, perturbed_dir
 from normlab.analysis.findings_report import (
     TIMINGS_FILE,
     build_report,
@@ -106,15 +107,24 @@ def save_timings(out: Path, timings: dict[str, Any]) -> None:
 
 
 def run_preset(
-    finding: Finding, out: Path, overrides: Sequence[str], profile_blocks: int, python: str = sys.executable
+    finding: Finding,
+    out: Path,
+    overrides: Sequence[str],
+    profile_blocks: int,
+    python: str = sys.executable,
+    perturbed: bool = False,
 ) -> dict[str, Any]:
-    """Run one preset's sweep (and its extra measurements); return its timing record."""
+    """Run one preset's sweep (and its extra measurements), or with `perturbed` the same under the
+    finding's perturbation; return its timing record."""
     sweeps = out / "sweeps"
     sweep = sweeps / finding.name
+    if perturbed:
+        sweep = perturbed_dir(sweep)
+        overrides = [*overrides, *finding.perturbation.overrides]
     if sweep.exists():  # our own output from an earlier call: start the finding afresh
         shutil.rmtree(sweep)
     sweeps.mkdir(parents=True, exist_ok=True)
-    log_path = sweeps / f"{finding.name}.log"
+    log_path = sweeps / f"{sweep.name}.log"
     cmd = [  # `python -m normlab` is train.py, also where no checkout is around
         python,
         "-m",
@@ -191,6 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--profile-blocks", type=int, default=10, help="ABBA block pairs of the RMSNorm speed benchmark"
     )
+    parser.add_argument(
+        "--no-perturb",
+        action="store_true",
+        help="skip the perturbed second sweep of findings that name one (their robustness line then "
+        "rests on leave-one-seed-out alone)",
+    )
     parser.add_argument("--list", action="store_true", help="list the findings and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -223,6 +239,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         finding = FINDINGS[name]
         print(f"[{i}/{len(names)}] {finding.number}. {finding.title} ({name})", flush=True)
         record = run_preset(finding, out, args.override, args.profile_blocks)
+        if finding.perturbation is not None and not args.no_perturb:
+            print(f"    perturbed: {finding.perturbation.label}", flush=True)
+            second = run_preset(finding, out, args.override, args.profile_blocks, perturbed=True)
+            record["perturbed"] = {k: second[k] for k in ("command", "rc", "wall_s")}
+            record["wall_s"] = round(record["wall_s"] + second["wall_s"], 1)
+            record["rc"] = record["rc"] or second["rc"]
         record["session"] = started.isoformat(timespec="seconds")
         timings["findings"][name] = record
         save_timings(out, timings)

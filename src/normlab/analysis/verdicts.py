@@ -1,5 +1,6 @@
 """Verdict rules: turn a measured effect and its seed-to-seed spread into *reproduced*, *not reproduced*,
-*inconclusive* — or *setup failed* when the runs cannot test the claim at all.
+*inconclusive* — or *not tested here* when the phenomenon a claim is about did not happen in these runs,
+or *setup failed* when the runs cannot test the claim at all.
 
 Every check is phrased so that a **positive** estimate is the direction the source claims. An estimate
 is a mean over seeds (or a difference of such means) with its standard error (sample standard
@@ -11,10 +12,10 @@ All tests are one-sided at level ALPHA (5 %); the tables show the matching two-s
 interval [lo, hi], so every decision can be read off the interval:
 
 - **directional claim** (`check`, "A is larger than B"), with a stated *margin* δ ≥ 0 — the smallest
-  effect that would count as the claimed one:
-  not reproduced when hi < δ (the effect, if any, is smaller than δ at level ALPHA: this includes a
-  clear effect the other way, and a real effect too small to be the claimed one); otherwise reproduced
-  when lo > 0 (the effect is positive at level ALPHA); inconclusive otherwise.
+  effect that counts as the claimed one: *reproduced* when lo > δ (the effect is at least δ at level
+  ALPHA), *not reproduced* when hi < δ (the effect, if any, is smaller than δ at level ALPHA: this
+  includes a clear effect the other way, and a real effect too small to be the claimed one),
+  *inconclusive* otherwise. So an estimate below its own margin is never reproduced.
 - **equality claim** (`equivalence_check`, "A matches B within m"), two one-sided tests (TOST) against
   the stated margin m: reproduced when −m < lo and hi < m; not reproduced when lo > m or hi < −m (the
   difference exceeds the margin at level ALPHA); inconclusive otherwise.
@@ -24,9 +25,11 @@ A check without a noise estimate (one seed, or seeds that agree exactly) is inco
 A finding is *reproduced* when every counted check is (an intersection–union test: the chance of
 calling a finding reproduced when any of its claims is false stays ≤ ALPHA), *not reproduced* when any
 counted check is not (with k checks, the chance of that call when every claim holds is ≤ k · ALPHA),
-*inconclusive* otherwise — and *setup failed*, whatever the checks say, when runs the claim needs to
-have learned did not (best validation loss not clearly below the corpus's unigram loss): a comparison
-of runs that learned nothing is not evidence. Nothing here looks at which verdict a finding "should" get.
+*inconclusive* otherwise. Two conditions come first. *Setup failed*: runs the claim needs to have
+learned did not (best validation loss not clearly below the corpus's unigram loss) — a comparison of
+runs that learned nothing is not evidence. *Not tested here*: a claim "X prevents Y" needs Y to happen
+without X; a finding declares such `Precondition`s, and when one is not shown in these runs its checks
+cannot speak to the claim either way. Nothing here looks at which verdict a finding "should" get.
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ from scipy import stats
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
+NOT_TESTED = "not tested here"
 SETUP_FAILED = "setup failed"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, SETUP_FAILED)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTED, SETUP_FAILED)
 
 ALPHA = 0.05  # level of every one-sided test
 CONFIDENCE = 1 - 2 * ALPHA  # the two-sided interval shown in the tables (90 %)
@@ -51,19 +55,25 @@ RULE = (
     f"Every check is a one-sided test at level α = {ALPHA:g} on the mean over seeds, with Student-t "
     "critical values: n − 1 degrees of freedom for one group, Welch–Satterthwaite for differences of "
     f"groups. Tables show the estimate and its two-sided {100 * CONFIDENCE:.0f} % confidence interval "
-    "[lo, hi], from which each verdict can be read. A *directional* claim (signed so that positive is "
-    "the claimed direction, with a stated margin δ ≥ 0, the smallest effect that would count) is "
-    "*not reproduced* when hi < δ (the effect, if any, is smaller than δ — which includes a clear effect "
-    "the other way, and a real effect too small to be the claimed one), otherwise *reproduced* when "
-    "lo > 0. An *equality* claim is tested by two one-sided tests "
-    "against its stated margin m: *reproduced* when −m < lo and hi < m, *not reproduced* when lo > m or "
-    "hi < −m. Anything else — and a check without a noise estimate (a single seed, or seeds that agree "
-    "exactly) — is *inconclusive*. A finding is *reproduced* when all its counted checks are (so a "
-    "finding is wrongly called reproduced at most α of the time), *not reproduced* when any is (at most "
-    "k·α of the time for k checks when every claim holds), *inconclusive* otherwise. It is *setup "
-    "failed*, whatever its checks say, when runs that the claim needs to learn did not learn (best "
-    "validation loss not clearly below the corpus's unigram loss): runs that learned nothing are not "
-    "evidence."
+    "[lo, hi], from which each verdict can be read. A *directional* claim is signed so that positive is "
+    "the claimed direction and has a stated margin δ ≥ 0, the smallest effect that counts as the claimed "
+    "one (from the paper where it reports a size, else a stated smallest effect of interest): it is "
+    "*reproduced* only when lo > δ — the data show an effect of at least δ — and *not reproduced* when "
+    "hi < δ — the effect, if any, is smaller than δ, which includes a clear effect the other way; an "
+    "estimate below its own margin is therefore never called reproduced. An *equality* claim is tested "
+    "by two one-sided tests against its stated margin m: *reproduced* when −m < lo and hi < m, *not "
+    "reproduced* when lo > m or hi < −m. Anything else — and a check without a noise estimate (a single "
+    "seed, or seeds that agree exactly) — is *inconclusive*. A finding is *reproduced* when all its "
+    "counted checks are (so a finding is wrongly called reproduced at most α of the time), *not "
+    "reproduced* when any is (at most k·α of the time for k checks when every claim holds), "
+    "*inconclusive* otherwise. Two conditions come before the checks. *Setup failed*: runs that the "
+    "claim needs to learn did not learn (best validation loss not clearly below the corpus's unigram "
+    "loss) — runs that learned nothing are not evidence. *Not tested here*: a claim that X prevents or "
+    "curbs Y needs Y to happen without X; each such precondition is checked in the runs, and when one "
+    "is not met the finding says what did not happen and what would make it happen, instead of a "
+    "verdict its runs cannot support. Under every verdict, *robustness* says whether it survives "
+    "dropping any one seed (no new runs: the finding is re-evaluated on the remaining seeds) and, for "
+    "the core set, one change of setup the finding names as the most likely to matter."
 )
 
 
@@ -239,19 +249,20 @@ class Check:
         if self.kind == EQUALITY:
             return f"equality within ±{self.margin:.3g}{unit} (TOST)"
         if self.margin > 0:
-            return f"> 0; not reproduced below {self.margin:.3g}{unit}"
+            return f"> {self.margin:.3g}{unit}"
         return "> 0"
 
 
 def classify(est: Estimate, margin: float = 0.0, alpha: float = ALPHA) -> str:
-    """The directional rule (module docstring): positive = the claimed direction."""
+    """The directional rule (module docstring): positive = the claimed direction; reproduced only when the
+    whole interval lies above the margin, not reproduced when it lies below it."""
     if not est.has_noise:
         return INCONCLUSIVE
     lo, hi = est.interval(alpha)
-    if hi < margin:  # first: an effect shown to be smaller than the margin is not the claimed one
-        return NOT_REPRODUCED
-    if lo > 0:
+    if lo > margin:
         return REPRODUCED
+    if hi < margin:
+        return NOT_REPRODUCED
     return INCONCLUSIVE
 
 
@@ -336,6 +347,33 @@ def combine(checks: Sequence[Check]) -> str:
     return INCONCLUSIVE
 
 
+@dataclass(frozen=True)
+class Precondition:
+    """Something that must happen in these runs before the claim can be tested at all: a claim that X
+    prevents or curbs Y needs Y without X. `met` is None when the runs cannot tell."""
+
+    name: str  # what must happen, in words: "without z-loss the loss diverges at lr 1"
+    observed: str  # what the runs show, in numbers
+    met: bool | None
+    remedy: str = ""  # what would make it happen here (a longer horizon, a higher learning rate)
+
+    @classmethod
+    def shown_by(cls, c: Check, remedy: str = "") -> Precondition:
+        """Met when a directional or equality check of the phenomenon is reproduced (at level ALPHA)."""
+        unit = f" {c.unit}" if c.unit else ""
+        lo, hi = c.interval
+        ci = f" [{lo:+.3g}, {hi:+.3g}]" if math.isfinite(lo) and math.isfinite(hi) else " (no noise estimate)"
+        observed = f"{c.statistic}: {c.est.value:+.3g}{ci}{unit}, needed {c.rule} ({c.verdict})"
+        return cls(c.name, observed, c.verdict == REPRODUCED, remedy)
+
+    @property
+    def sentence(self) -> str:
+        """'Not shown in these runs: NAME (OBSERVED). What would make it happen: REMEDY.'"""
+        state = "cannot be told from these runs" if self.met is None else "did not happen in these runs"
+        text = f"{self.name} — {state}: {self.observed}."
+        return f"{text} {self.remedy}" if self.remedy else text
+
+
 @dataclass
 class Outcome:
     """A finding's measured numbers and verdict."""
@@ -344,7 +382,7 @@ class Outcome:
     checks: list[Check]
     table: list[dict[str, object]] = field(default_factory=list)  # measured numbers, one row per variant
     notes: list[str] = field(default_factory=list)
-    preconditions: list[str] = field(default_factory=list)  # failed preconditions force inconclusive
+    preconditions: list[Precondition] = field(default_factory=list)  # one not met: not tested here
     setup_failures: list[str] = field(default_factory=list)  # runs that had to learn and did not
 
     @classmethod
@@ -352,13 +390,21 @@ class Outcome:
         out = cls(verdict=combine(checks), checks=checks, **kw)
         if out.setup_failures:
             out.verdict = SETUP_FAILED
-        elif out.preconditions:
-            out.verdict = INCONCLUSIVE
+        elif out.unmet:
+            out.verdict = NOT_TESTED
         return out
+
+    @property
+    def unmet(self) -> list[Precondition]:
+        return [p for p in self.preconditions if not p.met]
 
     @property
     def parts(self) -> str:
         counted = [c for c in self.checks if c.counts]
         passed = sum(c.verdict == REPRODUCED for c in counted)
         text = f"{passed}/{len(counted)} checks reproduced"
-        return f"compared runs did not all learn; {text}" if self.verdict == SETUP_FAILED else text
+        if self.verdict == SETUP_FAILED:
+            return f"compared runs did not all learn; {text}"
+        if self.verdict == NOT_TESTED:
+            return f"{len(self.unmet)} precondition(s) not met; {text}"
+        return text

@@ -226,6 +226,7 @@ class MetricsSchema:
 
     enabled: bool = knob()
     every: int = knob(ge=0)
+    dense_until: int = knob(ge=0)
     histogram_every: int = knob(ge=0)
     histogram_bins: int = knob(ge=1)
     model_update: Any = knob(choices=("auto", True, False))

@@ -23,10 +23,13 @@ from torch import nn
 
 
 def effective_rank(matrix: torch.Tensor) -> torch.Tensor:
-    """exp of the entropy of the L1-normalised singular values of a 2-D matrix (a 0-d float32 tensor)."""
-    s = torch.linalg.svdvals(matrix.detach().float())
+    """exp of the entropy of the L1-normalised singular values of a 2-D matrix (a 0-d float32 tensor); NaN
+    when the matrix holds a non-finite value (a diverging run), which the SVD itself would reject."""
+    m = matrix.detach().float()
+    finite = torch.isfinite(m).all()  # decided on the device: no host sync
+    s = torch.linalg.svdvals(torch.where(torch.isfinite(m), m, 0.0))
     p = s / s.sum()
-    return torch.special.entr(p).sum().exp()
+    return torch.where(finite, torch.special.entr(p).sum().exp(), torch.nan)
 
 
 def token_embedding(model: nn.Module) -> torch.Tensor | None:

@@ -1,4 +1,5 @@
-"""The measurements of an instrumented step (every `metrics.every` steps, and step 0), in one place.
+"""The measurements of an instrumented step (step 0, every step up to `metrics.dense_until`, then every
+`metrics.every` steps), in one place.
 
 The trainer asks `Instruments.begin(step)` for a `StepProbe` on those steps only and calls it at four
 points of the step: before the forward (model update, parameter snapshot), around the first
@@ -36,7 +37,8 @@ class InstrumentConfig:
     """The `metrics` config group; its defaults and their comments are in configs/metrics/default.yaml."""
 
     enabled: bool  # false: the bare loop (loss, lr, grad norms only)
-    every: int  # instrumented steps: step % every == 0 (0 = only step 0)
+    every: int  # instrumented steps: step % every == 0 (0 = only step 0 and the dense steps)
+    dense_until: int  # ... and every step ≤ dense_until (0 = none beyond step 0)
     histogram_every: int  # gradient histograms every `every × histogram_every` steps (0 = never)
     histogram_bins: int
     model_update: bool | str  # true | false | auto (see `wants_model_update`)
@@ -48,7 +50,7 @@ class InstrumentConfig:
         return from_group(cls, "metrics", values, **changes)
 
     def instrumented(self, step: int) -> bool:
-        return step == 0 or (self.every > 0 and step % self.every == 0)
+        return step <= self.dense_until or (self.every > 0 and step % self.every == 0)
 
     def histogram(self, step: int) -> bool:
         period = max(self.every, 1) * self.histogram_every

@@ -29,6 +29,7 @@ from normlab.analysis.findings import (
 )
 from normlab.analysis.findings._common import CannotEvaluate, Drawn, Extras, Finding
 from normlab.analysis.findings.rmsnorm import PROFILE_FILE, load_profile
+from normlab.analysis.findings.robustness import Perturbation, Robustness, Variation, robustness
 from normlab.analysis.load import RunSet, load_runs
 from normlab.analysis.plots import NoData
 from normlab.analysis.verdicts import Outcome
@@ -63,6 +64,32 @@ def evaluate(name: str, rs: RunSet, extras: Extras | None = None) -> Outcome:
         return Outcome.of([], notes=[f"Could not evaluate: {e}."])
 
 
+PERTURBED_SUFFIX = ".perturbed"  # sweeps/NAME.perturbed holds the preset's run under its perturbation
+
+
+def perturbed_dir(sweep_dir: str | Path) -> Path:
+    path = Path(sweep_dir)
+    return path.with_name(path.name + PERTURBED_SUFFIX)
+
+
+def robustness_of(name: str, rs: RunSet, verdict: str, sweep_dir: str | Path | None = None) -> Robustness:
+    """Leave-one-seed-out on `rs`, and the verdict of the perturbed sweep beside `sweep_dir` if it ran."""
+    finding = FINDINGS[name]
+    extras = load_extras(sweep_dir) if sweep_dir is not None else {}
+    perturbed: list[Variation] = []
+    other = perturbed_dir(sweep_dir) if sweep_dir is not None else None
+    if finding.perturbation is not None and other is not None and other.is_dir():
+        try:
+            prs = load_runs(other)
+        except Exception as e:  # a broken second sweep must not lose the first one's verdict
+            perturbed.append(Variation(f"{finding.perturbation.label} (could not be loaded: {e})", verdict))
+        else:
+            perturbed.append(
+                Variation(finding.perturbation.label, evaluate(name, prs, load_extras(other)).verdict)
+            )
+    return robustness(lambda sub: evaluate(name, sub, extras), rs, verdict, perturbed)
+
+
 def evaluate_sweep(name: str, sweep_dir: str | Path) -> tuple[RunSet, Outcome]:
     """Load a preset's sweep directory and evaluate its finding (the notebook's one-liner)."""
     rs = load_runs(sweep_dir)
@@ -89,4 +116,8 @@ __all__ = [
     "evaluate_sweep",
     "finding_of",
     "load_extras",
+    "Perturbation",
+    "Robustness",
+    "perturbed_dir",
+    "robustness_of",
 ]

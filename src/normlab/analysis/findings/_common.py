@@ -55,6 +55,8 @@ class Finding:
     draw: Callable[[RunSet, Extras], Drawn]
     extras: tuple[str, ...] = field(default=())  # extra measurements run after the sweep ("profile")
     ours: bool = False  # observed in this project, not a published claim
+    # the change of setup most likely to decide the verdict, run as a second sweep (see robustness.py)
+    perturbation: Any = None
 
     @property
     def cite(self) -> str:
