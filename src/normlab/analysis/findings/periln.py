@@ -31,6 +31,7 @@ from normlab.analysis.findings._common import (
     require_learning,
     where,
 )
+from normlab.analysis.findings.robustness import Perturbation
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure, plot_act_rms
 from normlab.analysis.stats import finite, layer_columns
@@ -186,4 +187,11 @@ FINDING = Finding(
     True,
     evaluate,
     draw,
+    perturbation=Perturbation(
+        "GPT-2 init (N(0, 0.02) embeddings, unscaled)",
+        ("model.init=gpt2", "model.embed_scale=1.0"),
+        "growth is measured relative to the stream at step 0, which the embedding scale sets: small "
+        "GPT-2-style embeddings start the stream 50× smaller than the preset's, the setting most likely "
+        "to change how much training makes it grow.",
+    ),
 )

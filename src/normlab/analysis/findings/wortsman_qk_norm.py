@@ -40,7 +40,7 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure
 from normlab.analysis.stats import layer_columns
-from normlab.analysis.verdicts import Outcome, check, difference
+from normlab.analysis.verdicts import Outcome, Precondition, check, difference
 from normlab.metrics import names
 
 QK_KEY = "model.qk_norm"
@@ -119,14 +119,31 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         return sub[column]
 
     sens = sensitivity(df)
-    checks = [
-        check(
-            f"Without qk-layernorm, attention logits grow more at a high learning rate ({hi:g} vs {lo:g})",
-            f"log of the largest attention logit (over blocks) at the end of training, qk_norm=none: "
-            f"lr {hi:g} − lr {lo:g} (Welch)",
-            difference(np.log(cell("none", hi, "logit_end")), np.log(cell("none", lo, "logit_end"))),
-            margin=LOGIT_MARGIN,
+    best_none = df[df["variant"] == "none"].groupby("lr")["loss"].mean().idxmin()
+    # "qk-layernorm prevents it" needs the growth, and the degradation, without qk-layernorm
+    preconditions = [
+        Precondition.shown_by(
+            check(
+                f"Without qk-layernorm, attention logits grow more at a high learning rate ({hi:g} vs {lo:g})",
+                f"log of the largest attention logit (over blocks) at the end of training, qk_norm=none: "
+                f"lr {hi:g} − lr {lo:g} (Welch); log 1.5 = 0.405",
+                difference(np.log(cell("none", hi, "logit_end")), np.log(cell("none", lo, "logit_end"))),
+                margin=LOGIT_MARGIN,
+            ),
+            "A higher learning rate or a longer run grows them (Wortsman et al. Fig. 1).",
         ),
+        Precondition.shown_by(
+            check(
+                f"Without qk-layernorm, training degrades at the highest learning rate ({lrs[-1]:g})",
+                f"min(final val loss, ℓ₀), qk_norm=none: lr {lrs[-1]:g} − its best lr {best_none:g} (Welch)",
+                difference(cell("none", lrs[-1], "loss"), cell("none", best_none, "loss")),
+                margin=LOSS_MARGIN,
+                unit="nats",
+            ),
+            "Extend the learning-rate grid upwards until runs without qk-layernorm degrade.",
+        ),
+    ]
+    checks = [
         check(
             f"qk-layernorm keeps them smaller at lr {hi:g}",
             f"log of the largest attention logit at the end, lr {hi:g}: qk_norm=none − qk_norm=ln (Welch)",
@@ -173,7 +190,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     notes = [
         f"Learning-rate grid: {', '.join(f'{v:g}' for v in lrs)}; ℓ₀ = {l0:.3f} nats (mean over runs). Cells "
         "give min(final val loss, ℓ₀), mean ± std over seeds.",
-        f"Differences (90 % CI): LR sensitivity none − ln {fmt_ci(checks[3].est)} nats.",
+        f"Differences (90 % CI): LR sensitivity none − ln {fmt_ci(checks[2].est)} nats.",
     ] + gate.notes
     notes.append(
         "Learned per variant at its best lr: "
@@ -183,7 +200,9 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     )
     if (base := baseline_note(rs)) is not None:
         notes.append(base)
-    return Outcome.of(checks, table=table, notes=notes, setup_failures=gate.failures)
+    return Outcome.of(
+        checks, table=table, notes=notes, setup_failures=gate.failures, preconditions=preconditions
+    )
 
 
 def draw(rs: RunSet, extras: Extras) -> Drawn:

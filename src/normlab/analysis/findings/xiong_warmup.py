@@ -35,6 +35,7 @@ from normlab.analysis.findings._common import (
     values,
     where,
 )
+from normlab.analysis.findings.robustness import Perturbation
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grid, plot_loss
 from normlab.analysis.verdicts import REPRODUCED, Outcome, check, difference, undecided
@@ -137,4 +138,11 @@ FINDING = Finding(
     True,
     evaluate,
     draw,
+    perturbation=Perturbation(
+        "lr × 2 (6e-3)",
+        ("optim.lr=6e-3",),
+        "the paper ties Post-LN's need for warm-up to the size of its first steps (§3.2: it \"cannot be "
+        "trained with a large learning rate from scratch\"), so the learning rate decides both whether "
+        "the gap exists and whether warm-up closes it.",
+    ),
 )
