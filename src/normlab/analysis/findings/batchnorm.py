@@ -19,6 +19,7 @@ that is the claimed degradation.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -71,7 +72,7 @@ def side(g: Estimate) -> str:
         return "worse"
     if hi < -GAP_MARGIN:
         return "better"
-    if -GAP_MARGIN < lo and hi < GAP_MARGIN:
+    if lo > -GAP_MARGIN and hi < GAP_MARGIN:
         return "equal"
     return "equal or better" if hi < GAP_MARGIN else "undecided"
 
@@ -85,7 +86,7 @@ def crossing(gaps: dict[int, Estimate]) -> str:
         groups.setdefault(where_, []).append(str(b))
     text = "; ".join(f"{k} at batch {', '.join(v)}" for k, v in groups.items())
     sign = [b for b, g in gaps.items() if math.isfinite(g.value)]
-    flips = [(a, b) for a, b in zip(sign, sign[1:]) if (gaps[a].value > 0) != (gaps[b].value > 0)]
+    flips = [(a, b) for a, b in itertools.pairwise(sign) if (gaps[a].value > 0) != (gaps[b].value > 0)]
     where_flips = (
         "the sign of BN − LN changes between batch " + " and between ".join(f"{a} and {b}" for a, b in flips)
         if flips

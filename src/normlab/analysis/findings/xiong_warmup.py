@@ -142,7 +142,7 @@ FINDING = Finding(
         "lr × 2 (6e-3)",
         ("optim.lr=6e-3",),
         "the paper ties Post-LN's need for warm-up to the size of its first steps (§3.2: it \"cannot be "
-        "trained with a large learning rate from scratch\"), so the learning rate decides both whether "
+        'trained with a large learning rate from scratch"), so the learning rate decides both whether '
         "the gap exists and whether warm-up closes it.",
     ),
 )
