@@ -57,9 +57,9 @@ from normlab.metrics import names
 TIE = "model.tie_embeddings"
 PLATEAU_MARGIN = 0.1  # nats: "at the unigram plateau" = within ±0.1 of the unigram loss
 LEARN_MARGIN = 0.3  # nats: "learns" = clearly below the unigram loss (≈ 5 % of it here, as `learned`)
-RESCUE_MARGIN = 0.1  # nats
-DECAY_MARGIN = math.log(2.0)  # log units
-RANK_MARGIN = math.log(1.25)  # log units
+RESCUE_MARGIN = 0.1  # nats: untying must buy at least this much (twice the project's 0.05 nats)
+DECAY_MARGIN = math.log(2.0)  # log units: each block at most half the gradient of the one above it
+RANK_MARGIN = math.log(1.25)  # log units: the embedding's effective rank falls by at least a fifth
 EARLY_FRACTION = 0.2
 
 VARIANTS = {

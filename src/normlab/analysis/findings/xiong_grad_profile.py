@@ -38,7 +38,10 @@ from normlab.analysis.plots import ReportFigure, plot_grad_profile_init
 from normlab.analysis.verdicts import Check, Estimate, Outcome, check, combine, estimate
 from normlab.metrics import names
 
-CONCENTRATION_MARGIN = 0.1  # log units: top third ≥ 10 % above the bottom third counts as "grows"
+# Fig. 3 plots the growth without a size to carry over: a top third ≥ 10 % above the bottom third (log
+# units) is the smallest growth we count. The depth checks test the exponent against −¼, halfway
+# between the theorem's 0 (Post-LN) and −½ (Pre-LN).
+CONCENTRATION_MARGIN = 0.1
 
 
 def _columns(metrics: pd.DataFrame, depth: int) -> tuple[list[str], str]:
