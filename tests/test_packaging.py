@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_wheel_ships_configs_and_entry_point(tmp_path):
+def test_wheel_ships_configs_data_and_entry_point(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
@@ -39,6 +39,7 @@ def test_wheel_ships_configs_and_entry_point(tmp_path):
         for p in (ROOT / "src/normlab/configs").rglob("*.yaml")
     }
     assert in_checkout <= shipped, in_checkout - shipped
+    assert "normlab/data/synthetic_words.json" in names  # the embedded corpus's word tables
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "normlab-train = normlab.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -134,7 +134,7 @@ def run_preset(
         f"hydra.sweep.dir={sweep.resolve()}",
         *overrides,
     ]
-    shown = shlex.join(["python", "train.py", *cmd[4:]])
+    shown = shlex.join(["python", "train.py", *cmd[3:]])
     print(f"  $ {shown}\n    (log: {log_path})", flush=True)
     started = dt.datetime.now().astimezone()
     t0 = time.perf_counter()

@@ -1,210 +1,18 @@
-"""Word lists and sentence parts of the embedded corpus (normlab.data.synthetic), written for this project:
-data, apart from the generator that combines them. No third-party text."""
+"""Word lists and sentence parts of the embedded corpus (normlab.data.synthetic), written for this project.
+
+They are data, kept as data: `synthetic_words.json` beside this module, shipped with the package. This
+module reads it once at import and gives the tables their types (records as frozen dataclasses, the
+rest as tuples), so the story generator reads names, not dictionary keys. No third-party text.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from importlib import resources
+from typing import Any
 
-# ----------------------------------------------------------------------------------------------------
-# Word lists
-# ----------------------------------------------------------------------------------------------------
-
-GIRL_NAMES = [
-    "Lily",
-    "Mia",
-    "Emma",
-    "Ava",
-    "Zoe",
-    "Lucy",
-    "Sara",
-    "Anna",
-    "Ella",
-    "Ruby",
-    "Maya",
-    "Nora",
-    "Rosa",
-    "Ivy",
-    "Hana",
-    "Leah",
-    "Chloe",
-    "Grace",
-    "Julia",
-    "Kate",
-    "Amy",
-    "Ellie",
-    "Molly",
-    "Daisy",
-    "Sophie",
-    "Nina",
-    "Lena",
-    "Clara",
-    "Alice",
-    "Tara",
-    "Jade",
-    "Rose",
-    "Fern",
-    "Iris",
-    "Eva",
-    "Hope",
-    "Lola",
-    "Maria",
-    "Nell",
-    "Priya",
-    "Sana",
-    "Amara",
-    "Yuki",
-    "Lina",
-    "Tess",
-    "Wendy",
-    "Bella",
-    "Olive",
-    "Hazel",
-    "Poppy",
-    "Kira",
-    "Esme",
-    "Mina",
-    "Ada",
-    "June",
-    "Pia",
-    "Noor",
-    "Aisha",
-    "Mei",
-    "Rina",
-]
-BOY_NAMES = [
-    "Tom",
-    "Ben",
-    "Max",
-    "Sam",
-    "Leo",
-    "Jack",
-    "Finn",
-    "Noah",
-    "Luke",
-    "Owen",
-    "Eli",
-    "Adam",
-    "Jake",
-    "Ryan",
-    "Theo",
-    "Oscar",
-    "Hugo",
-    "Omar",
-    "Ravi",
-    "Kai",
-    "Jonah",
-    "Dan",
-    "Tim",
-    "Alex",
-    "Milo",
-    "Felix",
-    "Arlo",
-    "Ezra",
-    "Jay",
-    "Nico",
-    "Ali",
-    "Ken",
-    "Raj",
-    "Paul",
-    "Carl",
-    "Hans",
-    "Ivan",
-    "Luis",
-    "Marco",
-    "Pablo",
-    "Yusuf",
-    "Kofi",
-    "Amir",
-    "Tariq",
-    "Ollie",
-    "Rex",
-    "Zack",
-    "Toby",
-    "Rory",
-    "Seth",
-    "Gus",
-    "Ned",
-    "Abe",
-    "Bo",
-    "Cal",
-    "Dev",
-    "Eric",
-    "Fred",
-    "Hal",
-    "Joe",
-]
-PET_NAMES = [
-    "Pip",
-    "Spot",
-    "Fluffy",
-    "Whiskers",
-    "Bubbles",
-    "Patch",
-    "Coco",
-    "Biscuit",
-    "Pepper",
-    "Sunny",
-    "Button",
-    "Peanut",
-    "Ziggy",
-    "Muffin",
-    "Tiny",
-    "Dot",
-    "Jelly",
-    "Puff",
-    "Rusty",
-    "Shadow",
-    "Snowy",
-    "Honey",
-    "Maple",
-    "Pebble",
-    "Nibbles",
-    "Squeak",
-    "Tango",
-    "Waffles",
-    "Bean",
-    "Clover",
-    "Noodle",
-    "Pickle",
-    "Sprout",
-    "Acorn",
-    "Bramble",
-    "Cookie",
-    "Fudge",
-    "Hopper",
-    "Jumpy",
-    "Mopsy",
-]
-SURNAMES = [
-    "Green",
-    "Brown",
-    "Hill",
-    "Plum",
-    "Bell",
-    "Stone",
-    "Wood",
-    "Reed",
-    "Lake",
-    "Berry",
-    "Moss",
-    "Field",
-    "Snow",
-    "Rivers",
-    "Baker",
-    "Short",
-    "Long",
-    "Park",
-    "Lane",
-    "Fisher",
-    "Gold",
-    "Penny",
-    "Oak",
-    "Rose",
-    "Kettle",
-    "Button",
-    "Sparrow",
-    "Honey",
-]
+WORDS_FILE = "synthetic_words.json"
 
 
 @dataclass(frozen=True)
@@ -217,81 +25,6 @@ class Animal:
     hero: bool = True  # cute enough to be the hero
 
 
-ANIMALS = (
-    Animal("dog", "little kennel", "barked", "ran"),
-    Animal("puppy", "basket by the door", "yipped", "ran"),
-    Animal("cat", "warm basket", "meowed", "padded"),
-    Animal("kitten", "soft basket", "mewed", "scampered"),
-    Animal("rabbit", "burrow under a hill", "squeaked", "hopped"),
-    Animal("bunny", "cozy burrow", "squeaked", "hopped"),
-    Animal("bear", "big den", "growled", "stomped"),
-    Animal("bear cub", "den in the woods", "grunted", "tumbled"),
-    Animal("fox", "den under an old tree", "yelped", "trotted"),
-    Animal("mouse", "tiny hole in a wall", "squeaked", "scurried"),
-    Animal("bird", "nest in a tall tree", "chirped", "flew", can_fly=True),
-    Animal("duck", "nest by the pond", "quacked", "waddled"),
-    Animal("duckling", "nest by the pond", "peeped", "waddled"),
-    Animal("frog", "lily pad", "croaked", "hopped"),
-    Animal("owl", "hole in an oak tree", "hooted", "flew", can_fly=True),
-    Animal("pig", "muddy pen", "oinked", "trotted"),
-    Animal("piglet", "muddy pen", "squealed", "trotted"),
-    Animal("cow", "big red barn", "mooed", "walked"),
-    Animal("horse", "stable", "neighed", "galloped"),
-    Animal("pony", "small stable", "neighed", "trotted"),
-    Animal("sheep", "green field", "baaed", "walked"),
-    Animal("lamb", "green field", "bleated", "skipped"),
-    Animal("goat", "rocky hill", "bleated", "climbed"),
-    Animal("hen", "hen house", "clucked", "pecked along"),
-    Animal("chick", "hen house", "peeped", "hopped"),
-    Animal("squirrel", "nest high in a tree", "chattered", "scampered"),
-    Animal("hedgehog", "pile of leaves", "sniffed", "shuffled"),
-    Animal("turtle", "shady pond", "sighed", "crawled"),
-    Animal("deer", "quiet meadow", "snorted", "leaped"),
-    Animal("elephant", "sunny grassland", "trumpeted", "stomped"),
-    Animal("lion", "rocky cave", "roared", "prowled"),
-    Animal("tiger", "jungle", "roared", "prowled"),
-    Animal("monkey", "tall jungle tree", "chattered", "swung"),
-    Animal("giraffe", "sunny grassland", "hummed", "strolled"),
-    Animal("zebra", "wide grassland", "brayed", "galloped"),
-    Animal("hippo", "muddy river", "snorted", "splashed"),
-    Animal("panda", "bamboo forest", "grunted", "rolled"),
-    Animal("penguin", "icy shore", "squawked", "waddled"),
-    Animal("seal", "rocky shore", "barked", "flopped"),
-    Animal("dolphin", "blue sea", "clicked", "swam"),
-    Animal("butterfly", "flower garden", "fluttered", "fluttered", can_fly=True),
-    Animal("bee", "busy hive", "buzzed", "buzzed", can_fly=True),
-    Animal("ladybug", "rose bush", "hummed", "crawled", can_fly=True),
-    Animal("snail", "damp log", "sighed", "crept", hero=True),
-    Animal("parrot", "jungle tree", "squawked", "flew", can_fly=True),
-    Animal("otter", "den on the river bank", "squeaked", "swam"),
-    Animal("beaver", "lodge in the river", "chattered", "paddled"),
-    Animal("raccoon", "hollow log", "chittered", "crept"),
-    Animal("badger", "deep burrow", "grumbled", "shuffled"),
-    Animal("mole", "tunnel under the garden", "sniffed", "dug along"),
-    Animal("koala", "gum tree", "grunted", "climbed"),
-    Animal("kangaroo", "dusty plain", "grunted", "bounced"),
-    Animal("dragon", "cave on a mountain", "roared", "flew", can_fly=True),
-    Animal("dinosaur", "valley full of ferns", "roared", "stomped"),
-    Animal("unicorn", "rainbow valley", "neighed", "galloped"),
-    Animal("crow", "tall pine tree", "cawed", "flew", can_fly=True, hero=False),
-    Animal("goose", "farm pond", "honked", "waddled", hero=False),
-    Animal("crab", "rock pool", "clicked", "scuttled", hero=False),
-    Animal("wolf", "dark forest", "howled", "loped", hero=False),
-    Animal("donkey", "old barn", "brayed", "trotted", hero=False),
-    Animal("robin", "hedge", "sang", "flew", can_fly=True, hero=False),
-    Animal("swan", "lake", "honked", "glided", can_fly=True, hero=False),
-    Animal("camel", "sandy desert", "grumbled", "plodded", hero=False),
-)
-HERO_ANIMALS = tuple(a for a in ANIMALS if a.hero)
-FLYING_ANIMALS = tuple(a for a in ANIMALS if a.can_fly)
-# animals that might snatch something and run off with it
-CHEEKY_ANIMALS = tuple(
-    a
-    for a in ANIMALS
-    if a.noun in {"crow", "monkey", "puppy", "goat", "squirrel", "raccoon", "parrot", "goose", "dog", "fox"}
-)
-
-
 @dataclass(frozen=True)
 class Place:
     noun: str  # "park"
@@ -301,542 +34,73 @@ class Place:
     outdoor: bool = True
 
 
-PLACES = (
-    Place(
-        "park",
-        "in",
-        ("swings", "slide", "sandbox", "pond", "big oak tree", "bench", "flower bed"),
-        ("playing on the swings", "running on the grass", "feeding the ducks"),
-    ),
-    Place(
-        "forest",
-        "in",
-        ("tall pine trees", "mossy log", "little stream", "berry bushes", "old stump"),
-        ("looking for mushrooms", "listening to the birds", "picking berries"),
-    ),
-    Place(
-        "woods",
-        "in",
-        ("fallen leaves", "hollow log", "ferns", "wooden bridge", "rocks"),
-        ("collecting pine cones", "walking on the path", "building a little hut"),
-    ),
-    Place(
-        "garden",
-        "in",
-        ("carrot patch", "apple tree", "rose bush", "watering can", "fence", "shed"),
-        ("planting seeds", "watering the flowers", "digging in the dirt"),
-    ),
-    Place(
-        "beach",
-        "on",
-        ("sand", "waves", "rock pools", "sand castle", "striped umbrella", "shells"),
-        ("building sand castles", "jumping over the waves", "looking for shells"),
-    ),
-    Place(
-        "farm",
-        "on",
-        ("barn", "hay bales", "tractor", "duck pond", "cornfield", "chicken coop"),
-        ("feeding the hens", "riding on the hay cart", "picking apples"),
-    ),
-    Place(
-        "meadow",
-        "in",
-        ("long grass", "daisies", "little hill", "clover", "stone wall"),
-        ("chasing butterflies", "rolling down the hill", "making daisy chains"),
-    ),
-    Place(
-        "lake",
-        "by",
-        ("water", "reeds", "little dock", "rowing boat", "lily pads"),
-        ("skipping stones", "watching the fish", "dipping toes in the water"),
-    ),
-    Place(
-        "river",
-        "by",
-        ("bridge", "big rocks", "muddy bank", "willow tree", "stepping stones"),
-        ("throwing sticks into the water", "watching the boats", "fishing with a net"),
-    ),
-    Place(
-        "playground",
-        "at",
-        ("slide", "climbing frame", "seesaw", "sandpit", "merry-go-round"),
-        ("going down the slide", "playing tag", "swinging high"),
-    ),
-    Place(
-        "school",
-        "at",
-        ("classroom", "playground", "library corner", "art table", "coat hooks"),
-        ("painting pictures", "singing songs", "reading stories"),
-    ),
-    Place(
-        "zoo",
-        "at",
-        ("monkey house", "penguin pool", "big gate", "snack stand", "bird cage"),
-        ("looking at the animals", "eating ice cream", "watching the seals"),
-    ),
-    Place(
-        "market",
-        "at",
-        ("fruit stall", "flower stand", "bread cart", "baskets", "busy crowd"),
-        ("buying apples", "smelling the flowers", "helping carry the bags"),
-    ),
-    Place(
-        "library",
-        "at",
-        ("tall shelves", "reading rug", "big desk", "picture books", "window seat"),
-        ("reading books", "listening to stories", "looking at maps"),
-    ),
-    Place(
-        "backyard",
-        "in",
-        ("sandbox", "washing line", "tree house", "paddling pool", "tomato plants"),
-        ("splashing in the pool", "playing ball", "having a picnic"),
-    ),
-    Place(
-        "kitchen",
-        "in",
-        ("table", "oven", "cupboard", "sink", "cookie jar"),
-        ("baking cookies", "helping with dinner", "making lemonade"),
-        outdoor=False,
-    ),
-    Place(
-        "bedroom",
-        "in",
-        ("bed", "toy box", "window", "rug", "bookshelf"),
-        ("building a fort", "drawing pictures", "playing with toys"),
-        outdoor=False,
-    ),
-    Place(
-        "attic",
-        "in",
-        ("old trunk", "dusty boxes", "round window", "rocking chair", "old clock"),
-        ("exploring old boxes", "playing dress up", "finding treasures"),
-        outdoor=False,
-    ),
-    Place(
-        "hill",
-        "on",
-        ("top of the hill", "windy path", "big rock", "lonely tree", "grassy slope"),
-        ("flying kites", "rolling down the slope", "looking at the town below"),
-    ),
-    Place(
-        "mountain",
-        "on",
-        ("snowy peak", "rocky path", "little cabin", "pine trees", "cold stream"),
-        ("climbing the path", "throwing snowballs", "looking at the clouds"),
-    ),
-    Place(
-        "camp",
-        "at",
-        ("tent", "campfire", "log seats", "lantern", "tall trees"),
-        ("telling stories by the fire", "toasting marshmallows", "looking at the stars"),
-    ),
-    Place(
-        "pond",
-        "by",
-        ("lily pads", "reeds", "flat stones", "little island", "wooden bench"),
-        ("watching the frogs", "feeding the ducks", "sailing toy boats"),
-    ),
-    Place(
-        "village",
-        "in",
-        ("square", "fountain", "bakery", "little shop", "church bell"),
-        ("visiting the baker", "playing by the fountain", "waving to neighbors"),
-    ),
-    Place(
-        "town",
-        "in",
-        ("toy shop", "bus stop", "library", "bakery", "big clock"),
-        ("walking down the street", "looking in shop windows", "riding the bus"),
-    ),
-    Place(
-        "snowy field",
-        "in",
-        ("snowman", "sled hill", "frozen pond", "snowdrifts", "fir trees"),
-        ("building a snowman", "sledding down the hill", "making snow angels"),
-    ),
-    Place(
-        "orchard",
-        "in",
-        ("apple trees", "pear trees", "ladder", "baskets", "tall grass"),
-        ("picking apples", "climbing trees", "having a picnic"),
-    ),
-    Place(
-        "island",
-        "on",
-        ("palm trees", "white sand", "tide pools", "old lighthouse", "coconut"),
-        ("looking for treasure", "swimming in the sea", "watching the boats"),
-    ),
-    Place(
-        "jungle",
-        "in",
-        ("vines", "giant leaves", "waterfall", "tall trees", "muddy path"),
-        ("swinging on vines", "looking for parrots", "exploring"),
-    ),
-    Place(
-        "castle",
-        "at",
-        ("tower", "big hall", "drawbridge", "moat", "long stairs"),
-        ("playing knights", "exploring the towers", "having a feast"),
-    ),
-    Place(
-        "cave",
-        "in",
-        ("dark corner", "shiny rocks", "dripping water", "narrow tunnel", "echo"),
-        ("exploring", "looking for crystals", "listening to the echo"),
-        outdoor=False,
-    ),
-)
-
-
 @dataclass(frozen=True)
 class Thing:
-    noun: str  # "ball"
+    noun: str
     verb: str  # what one does with it: "play with", "fly", "read"
     adjs: tuple[str, ...]  # adjectives that suit it
     kind: str  # toy / wear / treasure / ride
     soft: bool = False  # cloth or paper: mended with a needle or tape, not glue or a screwdriver
 
 
-_COLORS = ("red", "blue", "green", "yellow", "pink", "purple", "orange", "white", "brown", "gold", "silver")
-THINGS = (
-    Thing("ball", "play with", _COLORS + ("bouncy", "striped", "round", "spotty"), "toy"),
-    Thing("kite", "fly", _COLORS + ("long-tailed", "paper", "diamond-shaped"), "toy", soft=True),
-    Thing("toy boat", "sail", _COLORS + ("wooden", "little", "fast"), "toy"),
-    Thing("teddy bear", "hug", ("brown", "soft", "fluffy", "old", "tiny", "cuddly"), "toy", soft=True),
-    Thing("doll", "play with", ("rag", "pretty", "little", "old", "wooden"), "toy", soft=True),
-    Thing("toy car", "race", _COLORS + ("shiny", "fast", "tiny"), "toy"),
-    Thing("toy train", "push", ("wooden", "red", "long", "blue", "old"), "toy"),
-    Thing("drum", "bang", ("little", "loud", "red", "tin"), "toy"),
-    Thing("whistle", "blow", ("silver", "shiny", "loud", "tiny"), "toy"),
-    Thing("yo-yo", "spin", _COLORS + ("glowing", "wooden"), "toy"),
-    Thing("jump rope", "skip with", _COLORS + ("long", "new"), "toy", soft=True),
-    Thing("puzzle", "put together", ("big", "new", "tricky", "animal"), "toy"),
-    Thing("balloon", "hold", _COLORS + ("big", "shiny", "round"), "toy"),
-    Thing("book", "read", ("picture", "thick", "old", "new", "favorite", "story"), "toy", soft=True),
-    Thing("box of crayons", "draw with", ("new", "big", "little"), "toy"),
-    Thing("robot", "play with", ("toy", "silver", "talking", "little", "clever"), "toy"),
-    Thing("spinning top", "spin", _COLORS + ("wooden",), "toy"),
-    Thing("toy horse", "ride", ("wooden", "painted", "rocking"), "toy"),
-    Thing("bike", "ride", _COLORS + ("new", "shiny", "little"), "ride"),
-    Thing("scooter", "ride", _COLORS + ("new", "fast"), "ride"),
-    Thing("wagon", "pull", ("red", "little", "wooden", "squeaky"), "ride"),
-    Thing("sled", "ride", ("wooden", "red", "fast", "long"), "ride"),
-    Thing("hat", "wear", _COLORS + ("floppy", "woolly", "straw", "funny"), "wear", soft=True),
-    Thing("scarf", "wear", _COLORS + ("woolly", "long", "soft", "striped"), "wear", soft=True),
-    Thing("coat", "wear", _COLORS + ("warm", "new", "rain"), "wear", soft=True),
-    Thing("necklace", "wear", ("shiny", "bead", "gold", "silver", "pretty"), "wear"),
-    Thing("crown", "wear", ("gold", "paper", "sparkly", "tiny"), "wear", soft=True),
-    Thing("shell", "look at", ("pink", "shiny", "spotted", "smooth", "big", "curly"), "treasure"),
-    Thing("stone", "hold", ("smooth", "shiny", "round", "white", "lucky", "tiny"), "treasure"),
-    Thing("feather", "look at", ("long", "blue", "soft", "white", "striped"), "treasure", soft=True),
-    Thing("map", "follow", ("old", "treasure", "paper", "secret"), "treasure", soft=True),
-    Thing("key", "carry", ("gold", "old", "tiny", "shiny", "silver"), "treasure"),
-    Thing("blanket", "cuddle", ("soft", "warm", "patchwork", "blue", "fluffy"), "treasure", soft=True),
-    Thing("lantern", "carry", ("little", "paper", "bright", "old", "glowing"), "treasure"),
-    Thing("music box", "listen to", ("little", "wooden", "old", "pretty"), "treasure"),
-    Thing("star sticker", "look at", ("gold", "shiny", "sparkly", "big"), "treasure"),
-    Thing("acorn", "carry", ("big", "brown", "shiny", "perfect"), "treasure"),
-    Thing("bucket", "fill", _COLORS + ("little", "plastic"), "toy"),
-    Thing("flute", "play", ("wooden", "little", "silver"), "toy"),
-    Thing("guitar", "play", ("little", "old", "wooden", "red"), "toy"),
-)
-
-FEELINGS_BAD = (
-    "sad",
-    "upset",
-    "worried",
-    "unhappy",
-    "gloomy",
-    "cross",
-    "grumpy",
-    "lonely",
-    "disappointed",
-)
-FEELINGS_GOOD = (
-    "happy",
-    "glad",
-    "excited",
-    "proud",
-    "cheerful",
-    "thankful",
-    "delighted",
-    "joyful",
-    "pleased",
-)
-FEELINGS_SCARED = ("scared", "afraid", "nervous", "frightened", "shaky")
-TRAITS = (
-    "kind",
-    "curious",
-    "shy",
-    "brave",
-    "cheerful",
-    "clever",
-    "playful",
-    "gentle",
-    "silly",
-    "busy",
-    "quiet",
-    "friendly",
-    "helpful",
-    "funny",
-    "careful",
-    "clumsy",
-    "lively",
-    "dreamy",
-    "chatty",
-    "bouncy",
-)
-SIZES = ("little", "small", "tiny", "young", "big", "fluffy", "spotted", "striped", "brown", "white", "gray")
-FOODS = (
-    "warm cookies",
-    "apple pie",
-    "hot soup",
-    "bread and jam",
-    "cold milk",
-    "pink lemonade",
-    "pancakes",
-    "fresh berries",
-    "carrot cake",
-    "honey cakes",
-    "cheese sandwiches",
-    "ice cream",
-    "cupcakes",
-    "hot cocoa",
-    "popcorn",
-    "blueberry muffins",
-    "juicy grapes",
-    "sweet strawberries",
-    "buttered toast",
-    "peach slices",
-    "banana bread",
-    "rice pudding",
-    "corn on the cob",
-    "a big salad",
-)
-WEATHER_NICE = (
-    "The sun was shining and the sky was blue.",
-    "It was a warm day and the birds were singing.",
-    "A soft breeze was blowing and the flowers were dancing.",
-    "The sky was bright and there was not a single cloud.",
-    "It was a crisp morning and the grass was wet with dew.",
-    "Fluffy white clouds floated across the sky.",
-    "The air smelled of flowers and fresh grass.",
-)
-OPENERS = (
-    "Once upon a time,",
-    "One day,",
-    "One sunny morning,",
-    "Long ago,",
-    "One bright spring day,",
-    "Early one morning,",
-    "One warm afternoon,",
-    "On a cool autumn day,",
-    "One summer day,",
-    "Not long ago,",
-    "One fine day,",
-    "On a windy morning,",
-)
-THEN = (
-    "Then",
-    "After that,",
-    "Soon",
-    "Next,",
-    "A little later,",
-    "Just then,",
-    "After a while,",
-    "So",
-)
-SUDDENLY = ("Suddenly,", "All at once,", "But then,", "Just then,", "Without warning,", "Then,")
-FINALLY = ("At last,", "Finally,", "In the end,", "After a long time,", "Before long,")
-SAID = ("said", "said", "said", "called", "cried", "shouted", "whispered", "answered", "replied")
-SMALL_SPOTS = (
-    "under the bed",
-    "behind the door",
-    "inside the toy box",
-    "under the table",
-    "behind the sofa",
-    "in the laundry basket",
-    "under a pile of leaves",
-    "behind a big rock",
-    "under the stairs",
-    "inside an old boot",
-    "next to the shed",
-    "under a bush",
-    "in the tall grass",
-)
-# weather that spoils a plan, with the phrases that must agree with it
-WEATHER_BAD = {
-    "rain": {
-        "wx": "rain",
-        "start": "big drops of rain began to fall",
-        "now": "it is raining",
-        "after": "There was a rainbow in the sky!",
-    },
-    "snow": {
-        "wx": "snow",
-        "start": "a cold wind came and snow began to fall",
-        "now": "it is snowing",
-        "after": "The snow sparkled in the sun.",
-    },
-    "storm": {
-        "wx": "storm",
-        "start": "thunder rumbled and a storm began",
-        "now": "there is a storm",
-        "after": "The air was fresh and clean.",
-    },
-}
-# tools for mending soft things (cloth, paper) and hard things
-SOFT_FIX = (("a needle and thread", "sewed"), ("some tape", "taped"), ("a little patch", "patched"))
-FIX_TOOLS = (
-    ("some glue", "glued"),
-    ("a roll of tape", "taped"),
-    ("a little hammer", "tapped"),
-    ("some string", "tied"),
-    ("a tiny screwdriver", "tightened"),
-)
-INDOOR_FUN = (
-    "built a big fort out of pillows and blankets",
-    "baked a batch of cookies",
-    "painted bright pictures of the sun",
-    "played a game of cards",
-    "made puppets out of old socks",
-    "read a long story together",
-    "built a tall tower of blocks",
-    "sang songs and danced around the room",
-    "made paper boats",
-    "drew a map of a secret island",
-)
-SKILLS = (
-    ("ride a bike", "riding", "wobbled and fell over", "pedal slowly and look ahead"),
-    ("swim", "swimming", "splashed and sank", "kick your legs and breathe slowly"),
-    ("whistle", "whistling", "only made a puffing sound", "make your lips small and blow softly"),
-    ("skip with a rope", "skipping", "got tangled up", "jump when the rope touches the ground"),
-    ("climb the big tree", "climbing", "slipped down", "hold on with both hands and go one branch at a time"),
-    ("tie a bow", "tying bows", "made a big knot", "make two loops and cross them over"),
-    ("catch a ball", "catching", "dropped it every time", "keep your eyes on the ball"),
-    ("write {his} name", "writing", "made wobbly lines", "go slowly, one letter at a time"),
-    ("play the flute", "playing", "made a squeaky noise", "cover the holes and blow gently"),
-    (
-        "do a cartwheel",
-        "cartwheels",
-        "landed on the grass with a bump",
-        "put your hands down and kick up high",
-    ),
-)
-FEARS = (
-    ("the dark", "the dark room", "it was so dark that {he} could not see"),
-    ("the big slide", "the top of the slide", "the slide looked so tall"),
-    ("deep water", "the edge of the water", "the water looked very deep"),
-    ("thunder", "the window", "the thunder was very loud"),
-    ("the big dog next door", "the gate", "the dog was so big"),
-    ("the old bridge", "the bridge", "the bridge creaked and swayed"),
-    ("the tall ladder", "the bottom of the ladder", "the ladder was very high"),
-    ("new places", "the door", "everything looked strange and new"),
-)
-STUCK_SPOTS = (
-    ("high up in a tree", "the branches", "reach it"),
-    ("on the roof of the shed", "the roof", "reach it"),
-    ("in a thick thorny bush", "the thorns", "pull it out"),
-    ("in the middle of the pond", "the water", "reach it"),
-    ("in the deep mud", "the mud", "pull it out"),
-    ("on top of a tall wall", "the wall", "reach it"),
-    ("down a narrow hole", "the hole", "get it out"),
-)
-# lessons that fit each kind of problem (the key is the method that tells the problem)
-MORALS = {
-    "p_lost": (
-        "it is good to ask for help",
-        "two friends can find what one cannot",
-        "it is important to take care of your things",
-    ),
-    "p_stuck": (
-        "it is good to ask for help",
-        "friends help each other",
-        "a problem is smaller when you face it with a friend",
-    ),
-    "p_broken": (
-        "it is important to take care of your things",
-        "most broken things can be mended",
-        "it is good to ask for help",
-    ),
-    "p_taken": (
-        "kind words can fix many things",
-        "sharing makes everyone happy",
-        "a new friend can be found in a strange place",
-    ),
-    "p_fear": (
-        "being brave does not mean you are never scared",
-        "a problem is smaller when you face it with a friend",
-        "small steps can take you far",
-    ),
-    "p_weather": (
-        "being patient is worth it",
-        "there is fun to be found on rainy days too",
-        "good things come to those who wait",
-    ),
-    "p_cannot": (
-        "trying again is how we learn",
-        "practice makes things easier",
-        "everyone is good at something",
-    ),
-    "p_share": (
-        "sharing makes everyone happy",
-        "playing together is more fun than playing alone",
-        "taking turns is fair",
-    ),
-}
-CLOSERS = (
-    "{N} smiled all the way home.",
-    "It was the best day ever.",
-    "And they all lived happily.",
-    "That night, {N} fell asleep with a big smile.",
-    "{N} could not wait to come back the next day.",
-    "{He} would remember this day for a long time.",
-    "From then on, they played together every day.",
-    "The end.",
-)
-# closing lines that only fit some problems
-CLOSERS_BACK = ("And that is how {N} got {his} {o} back.", "{N} never lost sight of {his} {o} again.")
+def _frozen(value: Any) -> Any:
+    """JSON arrays as tuples, all the way down (dictionaries stay dictionaries)."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _frozen(v) for k, v in value.items()}
+    return value
 
 
-# ----------------------------------------------------------------------------------------------------
-# Characters
-# ----------------------------------------------------------------------------------------------------
+def _load() -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath(WORDS_FILE).read_text(encoding="utf-8"))
 
-PRONOUNS = {
-    "f": {"he": "she", "him": "her", "his": "her", "himself": "herself"},
-    "m": {"he": "he", "him": "him", "his": "his", "himself": "himself"},
-}
-FAMILY = (
-    ("mom", "f", "Mom"),
-    ("dad", "m", "Dad"),
-    ("grandma", "f", "Grandma"),
-    ("grandpa", "m", "Grandpa"),
-    ("big sister", "f", "Sis"),
-    ("big brother", "m", "Bro"),
-    ("aunt", "f", "Auntie"),
-    ("uncle", "m", "Uncle"),
-)
-JOBS = (
-    ("farmer", "m"),
-    ("farmer", "f"),
-    ("baker", "f"),
-    ("baker", "m"),
-    ("teacher", "f"),
-    ("teacher", "m"),
-    ("fisherman", "m"),
-    ("nurse", "f"),
-    ("gardener", "m"),
-    ("gardener", "f"),
-    ("mail carrier", "f"),
-    ("park keeper", "m"),
-    ("zookeeper", "f"),
-    ("librarian", "f"),
-    ("doctor", "m"),
-    ("painter", "f"),
-    ("builder", "m"),
-    ("neighbor", "f"),
-    ("neighbor", "m"),
-    ("shopkeeper", "m"),
-)
+
+_WORDS = _load()
+
+
+def _table(name: str) -> Any:
+    return _frozen(_WORDS[name])
+
+
+# names: lists, as the generator has always drawn them
+GIRL_NAMES = list(_WORDS["girl_names"])
+BOY_NAMES = list(_WORDS["boy_names"])
+PET_NAMES = list(_WORDS["pet_names"])
+SURNAMES = list(_WORDS["surnames"])
+
+ANIMALS = tuple(Animal(**a) for a in _WORDS["animals"])
+HERO_ANIMALS = tuple(a for a in ANIMALS if a.hero)
+FLYING_ANIMALS = tuple(a for a in ANIMALS if a.can_fly)
+# animals that might snatch something and run off with it
+CHEEKY_ANIMALS = tuple(a for a in ANIMALS if a.noun in set(_WORDS["cheeky_animals"]))
+PLACES = tuple(Place(**p) for p in _table("places"))
+THINGS = tuple(Thing(**t) for t in _table("things"))
+
+FEELINGS_BAD = _table("feelings_bad")
+FEELINGS_GOOD = _table("feelings_good")
+FEELINGS_SCARED = _table("feelings_scared")
+TRAITS = _table("traits")
+SIZES = _table("sizes")
+FOODS = _table("foods")
+WEATHER_NICE = _table("weather_nice")
+OPENERS = _table("openers")
+THEN = _table("then")
+SUDDENLY = _table("suddenly")
+FINALLY = _table("finally")
+SAID = _table("said")
+SMALL_SPOTS = _table("small_spots")
+WEATHER_BAD = _table("weather_bad")  # weather that spoils a plan, with the phrases that must agree with it
+SOFT_FIX = _table("soft_fix")  # tools for mending soft things (cloth, paper) ...
+FIX_TOOLS = _table("fix_tools")  # ... and hard things
+INDOOR_FUN = _table("indoor_fun")
+SKILLS = _table("skills")
+FEARS = _table("fears")
+STUCK_SPOTS = _table("stuck_spots")
+MORALS = _table("morals")  # lessons that fit each kind of problem (the key is the method that tells it)
+CLOSERS = _table("closers")
+CLOSERS_BACK = _table("closers_back")  # closing lines that only fit some problems
+
+PRONOUNS = _table("pronouns")
+FAMILY = _table("family")
+JOBS = _table("jobs")
