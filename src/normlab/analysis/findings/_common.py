@@ -42,6 +42,15 @@ class CannotEvaluate(ValueError):
 
 
 @dataclass(frozen=True)
+class Perturbation:
+    """One change of a preset's setup, run as a second sweep beside the preset's own (robustness.py)."""
+
+    label: str  # how the report names it: "lr × 2 (6e-3)"
+    overrides: tuple[str, ...]  # Hydra overrides added to the preset's: ("optim.lr=6e-3",)
+    why: str  # why this is the setting most likely to decide the verdict
+
+
+@dataclass(frozen=True)
 class Finding:
     """A claim, its source, the preset that tests it (configs/experiment/NAME.yaml) and its analysis."""
 
@@ -56,7 +65,7 @@ class Finding:
     extras: tuple[str, ...] = field(default=())  # extra measurements run after the sweep ("profile")
     ours: bool = False  # observed in this project, not a published claim
     # the change of setup most likely to decide the verdict, run as a second sweep (see robustness.py)
-    perturbation: Any = None
+    perturbation: Perturbation | None = None
 
     @property
     def cite(self) -> str:

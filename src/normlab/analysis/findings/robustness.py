@@ -15,18 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from normlab.analysis.findings._common import subset
+from normlab.analysis.findings._common import Perturbation, subset
 from normlab.analysis.load import SEED_KEY, RunSet
 from normlab.analysis.verdicts import Outcome
 
-
-@dataclass(frozen=True)
-class Perturbation:
-    """One change of a preset's setup, run as a second sweep beside the preset's own."""
-
-    label: str  # how the report names it: "lr × ½"
-    overrides: tuple[str, ...]  # Hydra overrides added to the preset's: ("optim.lr=1.5e-3",)
-    why: str  # why this is the setting most likely to decide the verdict
+__all__ = ["Perturbation", "Robustness", "Variation", "leave_one_seed_out", "robustness", "seeds_of"]
 
 
 @dataclass(frozen=True)
