@@ -90,7 +90,7 @@ def test_the_fused_head_gives_the_reference_path_rows(make_cfg, tmp_path):
 
     from normlab.train.loop import Trainer
 
-    cfg = make_cfg("train.batch_size=4", "train.seq_len=16")
+    cfg = make_cfg("train.batch_size=4", "train.seq_len=16", "metrics.dense_until=0")
     c = OmegaConf.to_container(cfg, resolve=True)
     tokens = np.random.default_rng(0).integers(0, c["model"]["vocab_size"], 5000).astype(np.uint16)
     rows = {}
