@@ -28,6 +28,9 @@ def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return scores.amax().float()
 
 
+ALL = slice(None)  # every row of a parameter
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention. `qk_norm` (none | ln | rms) normalises each head's queries and
     keys over d_head before the dot product, with one learned gain (ln: and bias) of size d_head shared by
@@ -61,6 +64,16 @@ class CausalSelfAttention(nn.Module):
         )
         return self.out(y.transpose(1, 2).reshape(b, t, d))
 
+    def output_shift_biases(self) -> list[tuple[nn.Parameter, slice]]:
+        """The biases (parameter, rows) whose only effect is one vector added to every output: the values'
+        third of the qkv bias (each query's attention weights sum to 1, without dropout) and the output bias."""
+        d = self.out.in_features
+        return [
+            (b, rows)
+            for b, rows in ((self.qkv.bias, slice(2 * d, 3 * d)), (self.out.bias, ALL))
+            if b is not None
+        ]
+
 
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, mult: int, bias: bool) -> None:
@@ -70,6 +83,10 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.gelu(self.up(x)))
+
+    def output_shift_biases(self) -> list[tuple[nn.Parameter, slice]]:
+        """The biases (parameter, rows) whose only effect is one vector added to every output."""
+        return [(self.down.bias, ALL)] if self.down.bias is not None else []
 
 
 class ResidualBranch(nn.Module):
@@ -260,6 +277,44 @@ class GPT(nn.Module):
             x = block(x)
         return self.final_norm(x)
 
+    def norm_cancelled_parameters(self) -> list[tuple[str, nn.Parameter, slice]]:
+        """The parameters (name, parameter, rows) whose effect on the training loss the norm subtracts exactly.
+
+        A norm that subtracts the batch mean of each position and feature (BatchNorm in training; NormType's
+        `removes_batch_shift`) removes a vector added to every sequence of the batch, wherever it is
+        normalised before anything else reads it (Placement's `removes_*_shift`): the learned position
+        embedding when sublayers and head read the stream only through norms (pre, double); the biases that
+        end each sublayer (FeedForward's and CausalSelfAttention's `output_shift_biases`); and slot B's and
+        slot C's own biases where their output is normalised again. The true gradient of these is zero and
+        autograd returns float rounding (~1e-9), which Adam's per-coordinate normalisation would turn into
+        steps of about the learning rate in random directions: a walk the training loss never sees, but the
+        running means BatchNorm evaluates with lag behind it, so the validation loss would depend on
+        rounding (on the number of ranks or threads). The Trainer zeroes these gradients, so they keep
+        their initial values, which the norm subtracts in eval as in training. With dropout the vector is
+        rescaled per sample, and nothing is cancelled exactly.
+        """
+        kind, where = NORMS[self.norm_name], PLACEMENTS[self.placement]
+        if not kind.removes_batch_shift or self.drop.p > 0:
+            return []
+        found: list[tuple[nn.Parameter, slice]] = []
+        if where.removes_stream_shift and self.pos_emb is not None:
+            found.append((self.pos_emb, ALL))
+        for block in self.blocks:
+            for branch in (block.attn, block.ffn):
+                if where.removes_sublayer_shift:
+                    found += branch.sublayer.output_shift_biases()
+                if where.after_sublayer and where.removes_merge_shift:
+                    found += _norm_bias(branch.norm_out)
+                if where.after_add and where.removes_stream_shift:
+                    found += _norm_bias(branch.norm_add)
+        names = {id(p): name for name, p in self.named_parameters()}
+        return [(names[id(p)], p, rows) for p, rows in found]
+
     def n_params(self) -> int:
         """Trainable parameters, the tied head counted once."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def _norm_bias(norm: nn.Module) -> list[tuple[nn.Parameter, slice]]:
+    bias = getattr(norm, "bias", None)
+    return [(bias, ALL)] if isinstance(bias, nn.Parameter) else []

@@ -154,7 +154,10 @@ class NormType:
     init_gain(n_layers), when given, replaces `model.init` for the block's projections: Xavier-normal
     with that gain on the value, attention-output and both feed-forward weights and gain 1 on the query
     and key weights (DeepNet's recipe); placements restricts where the norm is defined (None = every
-    placement).
+    placement). removes_batch_shift: in training the norm subtracts the batch mean of each position and
+    feature, so adding one vector to every sequence of the batch leaves its output unchanged (BatchNorm);
+    parameters that can only add such a vector are then held at their initial values
+    (GPT.norm_cancelled_parameters says which, and why).
     """
 
     build: Callable[[int, Mapping[str, Any], int], nn.Module]
@@ -162,6 +165,7 @@ class NormType:
     residual_scale: Callable[[int], float] = lambda n_layers: 1.0
     init_gain: Callable[[int], float] | None = None
     placements: tuple[str, ...] | None = None
+    removes_batch_shift: bool = False
 
 
 def _layer_norm(d: int, spec: Mapping[str, Any], context_length: int) -> nn.Module:
@@ -181,6 +185,7 @@ NORMS: dict[str, NormType] = {
             sync=s["sync"],
         ),
         "BN",
+        removes_batch_shift=True,
     ),
     # DeepNet (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers"), decoder-only with N
     # blocks: x ← LN(α·x + F(x)) with α = (2N)^¼, and the paper's deepnorm_init (its Fig. 2 pseudo-code):

@@ -17,6 +17,26 @@ class Placement:
     after_add: bool  # slot C: the sum is normalised (the residual stream itself passes through N)
     final_norm: bool  # a norm between the last block and the LM head
 
+    # With a norm that subtracts its input's batch mean (BatchNorm in training), whether a vector added to
+    # every sequence of the batch at one of these points is subtracted again before anything else reads it.
+
+    @property
+    def removes_stream_shift(self) -> bool:
+        """Added to the residual stream: every sublayer reads the stream through slot A and the head reads
+        it through the final norm (where slot C is filled it normalises the sum too)."""
+        return self.before_sublayer and self.final_norm
+
+    @property
+    def removes_merge_shift(self) -> bool:
+        """Added to a branch's output as it merges with the stream (after slot B): slot C normalises the
+        sum, or the sum is the stream."""
+        return self.after_add or self.removes_stream_shift
+
+    @property
+    def removes_sublayer_shift(self) -> bool:
+        """Added to a sublayer's output (before slot B)."""
+        return self.after_sublayer or self.removes_merge_shift
+
 
 PLACEMENTS: dict[str, Placement] = {
     "pre": Placement(before_sublayer=True, after_sublayer=False, after_add=False, final_norm=True),

@@ -101,6 +101,10 @@ class Trainer:
             flops.matmul_params(model), model.n_layers, train["seq_len"], model.d_model
         )
         self.peak_flops = flops.peak_flops(device, precision, train["peak_flops"])
+        # parameters whose every effect the norm subtracts (BatchNorm): their gradient is float rounding,
+        # zeroed every step so that Adam does not turn it into a random walk (GPT.norm_cancelled_parameters)
+        cancelled = model.norm_cancelled_parameters() if hasattr(model, "norm_cancelled_parameters") else []
+        self.cancelled_grads = [(p, rows) for _, p, rows in cancelled]
         self.grad_norms = GradNorms(model, model.n_layers, per_layer=metrics.enabled)
         self.instruments = self._instruments(metrics) if metrics.enabled else None
         self.monitor = monitor if monitor is not None else Monitor(n_layers=model.n_layers)
@@ -201,6 +205,9 @@ class Trainer:
                 objective, loss = self.micro_batch_objective(x, y, probe)
             self.scaler.scale(objective / accum).backward()
             loss_sum += loss.detach()
+        for p, rows in self.cancelled_grads:
+            if p.grad is not None:
+                p.grad[rows].zero_()
         self.scaler.unscale_(self.optimizer)
         grads = self.grad_norms.grads()
         self.dist.average_([*grads, loss_sum])  # torchrun: every rank goes on with the mean gradient

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import sys
 import time
@@ -72,6 +73,15 @@ def pick_device(requested: str) -> torch.device:
             "train.device=cuda was asked for but no CUDA device is visible; use train.device=cpu or auto."
         )
     return torch.device(requested)
+
+
+def cancelled_names(model: torch.nn.Module) -> str:
+    """The parameters the norm cancels (GPT.norm_cancelled_parameters), one name for all blocks: "" if none."""
+    names: dict[str, None] = {}
+    for name, _, rows in model.norm_cancelled_parameters():
+        name = re.sub(r"^blocks\.\d+\.", "blocks.*.", name)
+        names[name if rows == slice(None) else f"{name}[{rows.start}:{rows.stop}]"] = None
+    return ", ".join(names)
 
 
 class Run:
@@ -288,6 +298,14 @@ class Run:
             f"{model.n_params():,}",
             f"; objective: CE + {z_loss:g}·mean(log² Z)" if z_loss else "",
         )
+        held = cancelled_names(model)
+        if held:
+            log.info(
+                "norm=%s subtracts all these add, so they keep their initial values "
+                "(GPT.norm_cancelled_parameters): %s",
+                cfg["norm"]["name"],
+                held,
+            )
         self.summary.update(
             n_params=model.n_params(),
             formula=formula,
