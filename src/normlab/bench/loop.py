@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from bench_overhead import compose_cfg, make_trainer, run_steps
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from normlab.bench.overhead import compose_cfg, make_trainer, run_steps
 from normlab.metrics.sinks import JsonlSink
 
 SHAPE = [
