@@ -120,17 +120,15 @@ class Trainer:
         **replace: Any,
     ) -> Trainer:
         """The Trainer a resolved run config describes: its train, optim, schedule, warmup_steps, seed,
-        metrics, spikes and divergence groups (and norm and placement, which metrics.model_update=auto
-        asks about). The monitor writes spike and divergence reports into `reports_dir` (None: none);
+        metrics, spikes and divergence groups (and placement, which metrics.model_update=auto asks
+        about). The monitor writes spike and divergence reports into `reports_dir` (None: none);
         `histograms` False skips the gradient histograms (only W&B shows them). `replace` swaps whole
         groups (`train=`, `metrics=`, `spikes=`, ...: a benchmark changes a few keys)."""
         group = {**cfg, **replace}
         metrics = InstrumentConfig.from_config(group["metrics"])
         metrics = dataclasses.replace(
             metrics,
-            model_update=wants_model_update(
-                metrics.model_update, group["norm"]["name"], group["placement"]["name"]
-            ),
+            model_update=wants_model_update(metrics.model_update, group["placement"], model.n_layers),
             histogram_every=metrics.histogram_every if histograms else 0,
         )
         monitor = Monitor(
