@@ -246,6 +246,7 @@ class MetricsSchema:
     histogram_bins: int = knob(ge=1)
     model_update: Any = knob(choices=("auto", True, False))
     probe_batch: int = knob(ge=1)
+    layer_ablation: bool = knob()
 
 
 @dataclass

@@ -37,6 +37,7 @@ class InstrumentConfig:
     histogram_bins: int
     model_update: bool | str  # true | false | auto (see `wants_model_update`)
     probe_batch: int  # sequences in the model-update probe batch
+    layer_ablation: bool  # the loss with each block skipped, at every evaluation (metrics.ablation)
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any] | None = None, **changes: Any) -> InstrumentConfig:
