@@ -34,10 +34,11 @@ def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention. `qk_norm` (none, or a norm of NORMS that acts on one vector at a
     time: ln, rms, dyt, scalenorm) normalises each head's queries and keys over d_head before the dot
-    product, with one set of learned parameters of size d_head shared by the heads: qk-layernorm (Dehghani et al. 2023), which Wortsman et al. 2023 use against attention-logit
-    growth; per head as OLMo-core's `use_head_qk_norm` (allenai/OLMo-core,
-    src/olmo_core/nn/attention/__init__.py). OLMo-core's default (OLMo 2) normalises the whole
-    d_model-wide projection instead, before splitting it into heads."""
+    product, with one set of learned parameters of size d_head shared by the heads: qk-layernorm
+    (Dehghani et al. 2023), which Wortsman et al. 2023 use against attention-logit growth; per head as
+    OLMo-core's `use_head_qk_norm` (allenai/OLMo-core, src/olmo_core/nn/attention/__init__.py).
+    OLMo-core's default (OLMo 2) normalises the whole d_model-wide projection instead, before splitting it
+    into heads."""
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool, qk_norm: str = "none") -> None:
         super().__init__()

@@ -122,6 +122,10 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         f"Final val loss, LayerNorm Scaling − Pre-LN: "
         f"{fmt_ci(difference(loss_of(rs, placement='lnscale'), loss_of(rs, placement='pre')))} nats "
         "(not part of the claim tested here).",
+        "Growth with depth added by training (log ratio at the end − at step 0): Pre-LN "
+        f"{fmt_ci(estimate(pre['growth_end'] - pre['growth_init']), 2)}, LayerNorm Scaling "
+        f"{fmt_ci(estimate(lns['growth_end'] - lns['growth_init']), 2)}; the checks compare the stream as it "
+        "is at the end, what the initialisation built in included.",
         *gate.notes,
     ]
     if (base := baseline_note(rs)) is not None:
