@@ -1,7 +1,7 @@
 """Re-run published findings about normalization and write REPORT.md with a verdict for each.
 
     python scripts/reproduce.py --core          # findings 1, 2, 4, 5: about 10 minutes on 2 CPU cores
-    python scripts/reproduce.py                 # all eight
+    python scripts/reproduce.py                 # all of them
     python scripts/reproduce.py --list          # the findings and their presets
     python scripts/reproduce.py --from-existing --out DIR   # rebuild the report without training
 

@@ -40,9 +40,9 @@ def test_config_dataclasses_take_their_defaults_from_the_yaml_alone(config_class
 
 
 def norm_settings(module: nn.Module) -> dict:
-    return {k: getattr(module, k) for k in ("eps", "momentum", "sync") if hasattr(module, k)} | {
-        "bias": getattr(module, "bias", None) is not None
-    }
+    return {
+        k: getattr(module, k) for k in ("eps", "momentum", "sync", "alpha_init") if hasattr(module, k)
+    } | {"bias": getattr(module, "bias", None) is not None}
 
 
 @pytest.mark.parametrize("name", sorted(NORMS))

@@ -56,8 +56,8 @@ def help_text() -> str:
 
 def test_help_lists_groups_and_presets(help_text):
     assert "== Config groups (GROUP=OPTION) ==" in help_text
-    assert "norm: bn, deepnorm, ln, none, rms" in help_text
-    assert "placement: double, post, pre" in help_text
+    assert "norm: bn, deepnorm, dyt, ln, none, rms, scalenorm" in help_text
+    assert "placement: double, lnscale, mixln, post, pre, reordered, resi_dual" in help_text
     presets = help_text.split("== Presets")[1].split("== Flags")[0]
     for path in sorted((CONFIGS / "experiment").glob("[!_]*.yaml")):  # _*.yaml: shared bases
         assert re.search(rf"^  {path.stem}\s+Finding \d", presets, re.M), path.stem

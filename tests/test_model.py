@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from normlab.model import (
@@ -14,6 +15,7 @@ from normlab.model import (
     block_formula,
     check_variant,
 )
+from normlab.model.norms import RMSNorm
 
 VALID = [(n, p) for n in NORMS for p in PLACEMENTS if NORMS[n].placements is None or p in NORMS[n].placements]
 INVALID = [(n, p) for n in NORMS for p in PLACEMENTS if (n, p) not in VALID]
@@ -22,13 +24,16 @@ INVALID = [(n, p) for n in NORMS for p in PLACEMENTS if (n, p) not in VALID]
 def make(norm="ln", placement="pre", n_layers=2, d_model=32, **kw):
     kw.setdefault("vocab_size", 50)
     kw.setdefault("context_length", 16)
-    return GPT(d_model=d_model, n_heads=4, n_layers=n_layers, norm={"name": norm}, placement=placement, **kw)
+    norm = {"name": norm} if isinstance(norm, str) else norm
+    return GPT(d_model=d_model, n_heads=4, n_layers=n_layers, norm=norm, placement=placement, **kw)
 
 
-def test_thirteen_valid_and_two_invalid_combinations():
-    assert len(VALID) == 13
-    # 5 norms × 3 placements; deepnorm is defined for post only
-    assert sorted(INVALID) == [("deepnorm", "double"), ("deepnorm", "pre")]
+def test_forty_three_valid_and_six_invalid_combinations():
+    assert list(NORMS) == ["ln", "rms", "bn", "deepnorm", "none", "dyt", "scalenorm"]
+    assert list(PLACEMENTS) == ["pre", "post", "double", "reordered", "mixln", "lnscale", "resi_dual"]
+    assert len(VALID) == 43
+    # 7 norms × 7 placements; deepnorm is defined for post only
+    assert sorted(INVALID) == [("deepnorm", p) for p in sorted(PLACEMENTS) if p != "post"]
 
 
 @pytest.mark.parametrize(("norm", "placement"), INVALID)
@@ -40,14 +45,18 @@ def test_invalid_combination_names_the_valid_choice(norm, placement):
 
 
 def test_unknown_names_list_the_choices():
-    with pytest.raises(InvalidVariant, match="ln, rms, bn, deepnorm, none"):
+    with pytest.raises(InvalidVariant, match="ln, rms, bn, deepnorm, none, dyt, scalenorm"):
         check_variant("layernorm", "pre")
-    with pytest.raises(InvalidVariant, match="pre, post, double"):
+    with pytest.raises(InvalidVariant, match="pre, post, double, reordered, mixln, lnscale, resi_dual"):
         check_variant("ln", "sandwich")
     with pytest.raises(InvalidVariant, match="gpt2, xavier"):
         make(init="kaiming")
-    with pytest.raises(InvalidVariant, match="none, ln, rms"):
+    with pytest.raises(InvalidVariant, match="none, ln, rms, dyt, scalenorm"):
         make(qk_norm="l2")
+    with pytest.raises(InvalidVariant, match="none, ln, rms, dyt, scalenorm"):
+        make(qk_norm="bn")  # batch statistics: not a norm of one head's query
+    with pytest.raises(InvalidVariant, match="ln, rms, bn, dyt, scalenorm"):
+        make({"name": "deepnorm", "base": "none"}, "post")
 
 
 def test_block_formulas():
@@ -62,12 +71,38 @@ def test_block_formulas():
         "x ← x + Attn(LN(x)); x ← x + FFN(LN(x)); per head: q, k ← RMS(q), RMS(k)"
     )
     assert block_formula("ln", "pre", 6, qk_norm="none") == block_formula("ln", "pre", 6)
+    assert block_formula("dyt", "pre", 2) == "x ← x + Attn(DyT(x)); x ← x + FFN(DyT(x))"
+    assert block_formula("scalenorm", "post", 2) == "x ← SN(x + Attn(x)); x ← SN(x + FFN(x))"
+    assert block_formula("ln", "pre", 2, qk_norm="scalenorm").endswith("per head: q, k ← SN(q), SN(k)")
+    assert block_formula({"name": "deepnorm", "base": "rms"}, "post", 8) == (
+        "x ← RMS(2.00·x + Attn(x)); x ← RMS(2.00·x + FFN(x))"
+    )
+
+
+def test_block_formulas_of_the_new_placements_per_layer_where_they_vary():
+    assert block_formula("rms", "reordered", 4) == "x ← x + RMS(Attn(x)); x ← x + RMS(FFN(x))"
+    # Mix-LN, ρ = 0.25 of 8 blocks: the first 2 Post-LN, the other 6 Pre-LN
+    assert block_formula("ln", "mixln", 8) == (
+        "blocks 0–1: x ← LN(x + Attn(x)); x ← LN(x + FFN(x)) | "
+        "blocks 2–7: x ← x + Attn(LN(x)); x ← x + FFN(LN(x))"
+    )
+    assert block_formula("ln", {"name": "mixln", "post_fraction": 0.5}, 3).startswith("block 0: x ← LN(")
+    assert block_formula("ln", {"name": "mixln", "post_fraction": 0.0}, 4) == block_formula("ln", "pre", 4)
+    # LayerNorm Scaling: block l (from 1) scales its norms' outputs by 1/√l: 1, 0.71, 0.58
+    assert block_formula("ln", "lnscale", 3) == (
+        "block 0: x ← x + Attn(LN(x)); x ← x + FFN(LN(x)) | "
+        "block 1: x ← x + Attn(0.71·LN(x)); x ← x + FFN(0.71·LN(x)) | "
+        "block 2: x ← x + Attn(0.58·LN(x)); x ← x + FFN(0.58·LN(x))"
+    )
+    assert block_formula("ln", "resi_dual", 2) == (
+        "x, d ← LN(x + Attn(x)), d + Attn(x); x, d ← LN(x + FFN(x)), d + FFN(x); head reads x + LN(d)"
+    )
 
 
 def test_final_norm_only_where_the_placement_has_one():
     assert isinstance(make(placement="post").final_norm, nn.Identity)
-    assert isinstance(make(placement="pre").final_norm, nn.LayerNorm)
-    assert isinstance(make(placement="double").final_norm, nn.LayerNorm)
+    for placement in ("pre", "double", "reordered", "mixln", "lnscale", "resi_dual"):
+        assert isinstance(make(placement=placement).final_norm, nn.LayerNorm), placement
 
 
 # DeepNet (Wang et al. 2022), Fig. 2, decoder-only with N layers: α = (2N)^¼, β = (8N)^-¼, worked out by
@@ -236,30 +271,45 @@ def explicit_attention(attn, x: torch.Tensor, norm) -> torch.Tensor:
     outs = []
     for i in range(h):
         sl = slice(i * dh, (i + 1) * dh)
-        qi = norm(q[..., sl], attn.q_norm.weight, getattr(attn.q_norm, "bias", None))
-        ki = norm(k[..., sl], attn.k_norm.weight, getattr(attn.k_norm, "bias", None))
+        qi = norm(q[..., sl], attn.q_norm)
+        ki = norm(k[..., sl], attn.k_norm)
         scores = qi @ ki.transpose(-2, -1) / math.sqrt(dh)
         scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
         outs.append(torch.softmax(scores, -1) @ v[..., sl])
     return torch.nn.functional.linear(torch.cat(outs, -1), attn.out.weight, attn.out.bias)
 
 
-def layer_norm_ref(z, gain, bias):
+def layer_norm_ref(z, norm):
     mean = z.mean(-1, keepdim=True)
     var = ((z - mean) ** 2).mean(-1, keepdim=True)
-    return (z - mean) / torch.sqrt(var + 1e-5) * gain + bias
+    return (z - mean) / torch.sqrt(var + 1e-5) * norm.weight + norm.bias
 
 
-def rms_norm_ref(z, gain, bias):
-    return z / torch.sqrt((z**2).mean(-1, keepdim=True) + 1e-6) * gain
+def rms_norm_ref(z, norm):
+    return z / torch.sqrt((z**2).mean(-1, keepdim=True) + 1e-6) * norm.weight
 
 
-@pytest.mark.parametrize(("qk_norm", "ref"), [("ln", layer_norm_ref), ("rms", rms_norm_ref)])
+def dyt_ref(z, norm):  # Zhu et al. 2025: γ·tanh(α·z) + β
+    return norm.weight * torch.tanh(norm.alpha * z) + norm.bias
+
+
+def scalenorm_ref(z, norm):  # Nguyen & Salazar 2019: g·z/‖z‖
+    return norm.scale * z / torch.sqrt((z**2).sum(-1, keepdim=True))
+
+
+@pytest.mark.parametrize(
+    ("qk_norm", "ref"),
+    [("ln", layer_norm_ref), ("rms", rms_norm_ref), ("dyt", dyt_ref), ("scalenorm", scalenorm_ref)],
+)
 def test_qk_norm_normalises_each_heads_queries_and_keys(qk_norm, ref):
     torch.manual_seed(0)
     model = make(qk_norm=qk_norm, d_model=32)
     attn = model.blocks[0].attn.sublayer
-    assert attn.q_norm.weight.shape == attn.k_norm.weight.shape == (8,)  # d_head, shared by the 4 heads
+    # d_head-sized parameters shared by the 4 heads (ScaleNorm: one scalar, √d_head at init)
+    if qk_norm == "scalenorm":
+        assert attn.q_norm.scale.item() == pytest.approx(math.sqrt(8))
+    else:
+        assert attn.q_norm.weight.shape == attn.k_norm.weight.shape == (8,)
     with torch.no_grad():
         for p in (*attn.q_norm.parameters(), *attn.k_norm.parameters()):
             p.copy_(torch.randn_like(p))
@@ -296,3 +346,132 @@ def test_qk_norm_keeps_causality(qk_norm):
     changed[:, 9:] = torch.randint(0, 50, (2, 7))
     with torch.no_grad():
         torch.testing.assert_close(model(x)[:, :9], model(changed)[:, :9], rtol=0, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Each placement's forward against its paper's equations, written out for a 3-block model. The reference
+# calls only the sublayers (attention and feed-forward) and the norms' parameters, applying LayerNorm by
+# hand where the equation puts it; the norms' affine parameters are randomised so that a norm applied in
+# the wrong slot, or the wrong norm, shows.
+
+
+def ln(z, norm):
+    return F.layer_norm(z, z.shape[-1:], norm.weight, norm.bias, norm.eps)
+
+
+def the_norm(branch):
+    """The one norm of a branch whose placement fills one slot (which slot the model put it in does not
+    matter to the reference: it applies it where the paper says)."""
+    filled = [m for m in (branch.norm_in, branch.norm_out, branch.norm_add) if not isinstance(m, nn.Identity)]
+    assert len(filled) == 1
+    return filled[0]
+
+
+def branches(block):
+    return (block.attn, block.ffn)
+
+
+def pre_ref(model, x):  # Pre-LN (Xiong et al. 2020): x ← x + F(N(x)); head reads N_final(x)
+    for block in model.blocks:
+        for b in branches(block):
+            x = x + b.sublayer(ln(x, the_norm(b)))
+    return ln(x, model.final_norm)
+
+
+def post_ref(model, x):  # Post-LN (Vaswani et al. 2017): x ← N(x + F(x)); no final norm
+    for block in model.blocks:
+        for b in branches(block):
+            x = ln(x + b.sublayer(x), the_norm(b))
+    return x
+
+
+def double_ref(model, x):  # Peri-LN (Kim et al. 2025): x ← x + N₂(F(N₁(x))); final norm
+    for block in model.blocks:
+        for b in branches(block):
+            x = x + ln(b.sublayer(ln(x, b.norm_in)), b.norm_out)
+    return ln(x, model.final_norm)
+
+
+def reordered_ref(model, x):  # OLMo 2: h = x + N(Attn(x)); x ← h + N(FFN(h)); final norm
+    for block in model.blocks:
+        for b in branches(block):
+            x = x + ln(b.sublayer(x), the_norm(b))
+    return ln(x, model.final_norm)
+
+
+def mixln_ref(model, x, post_blocks):  # Mix-LN (Li et al. 2024): Post-LN in the first blocks, then Pre-LN
+    for i, block in enumerate(model.blocks):
+        for b in branches(block):
+            post = i < post_blocks
+            x = ln(x + b.sublayer(x), the_norm(b)) if post else x + b.sublayer(ln(x, the_norm(b)))
+    return ln(x, model.final_norm)
+
+
+def lnscale_ref(model, x):  # LayerNorm Scaling (Sun et al. 2025): x ← x + F(N(x)/√l), l = 1, 2, …
+    for i, block in enumerate(model.blocks):
+        for b in branches(block):
+            x = x + b.sublayer(ln(x, the_norm(b)) / math.sqrt(i + 1))
+    return ln(x, model.final_norm)
+
+
+def resi_dual_ref(model, x):  # ResiDual (Xie et al. 2023): x_a ← N(x_a + F(x_a)), x_d ← x_d + F(x_a)
+    a, d = x, x
+    for block in model.blocks:
+        for b in branches(block):
+            f = b.sublayer(a)
+            a, d = ln(a + f, the_norm(b)), d + f
+    return a + ln(d, model.final_norm)
+
+
+PLACEMENT_REFS = {
+    "pre": (pre_ref, {}),
+    "post": (post_ref, {}),
+    "double": (double_ref, {}),
+    "reordered": (reordered_ref, {}),
+    # ρ = 0.5 of 3 blocks: ⌊1.5⌋ = 1 Post-LN block, then 2 Pre-LN blocks
+    "mixln": (lambda m, x: mixln_ref(m, x, post_blocks=1), {"post_fraction": 0.5}),
+    "lnscale": (lnscale_ref, {}),
+    "resi_dual": (resi_dual_ref, {}),
+}
+
+
+@pytest.mark.parametrize("placement", list(PLACEMENT_REFS))
+def test_each_placement_computes_its_papers_equations(placement):
+    assert set(PLACEMENT_REFS) == set(PLACEMENTS)
+    ref, knobs = PLACEMENT_REFS[placement]
+    torch.manual_seed(0)
+    model = make("ln", {"name": placement, **knobs}, n_layers=3).eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.copy_(1 + 0.5 * torch.randn_like(m.weight))
+                m.bias.copy_(0.5 * torch.randn_like(m.bias))
+        idx = torch.randint(0, 50, (2, 16))
+        x = model.tok_emb(idx) * model.embed_scale + model.pos_emb[:16]
+        torch.testing.assert_close(model.features(idx), ref(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_mixln_post_blocks_are_the_floor_of_rho_times_depth():
+    def post_blocks(depth, rho):
+        slots = make("ln", {"name": "mixln", "post_fraction": rho}, n_layers=depth).layer_slots
+        assert all(s.after_add != s.before_sublayer for s in slots)  # each block Post-LN or Pre-LN
+        n = sum(s.after_add for s in slots)
+        assert all(s.after_add for s in slots[:n])  # the Post-LN blocks come first
+        return n
+
+    # the authors' runs: 3 of 12 and 6 of 24 blocks at ρ = 0.25; ⌊0.3·10⌋ = 3 despite 0.3·10 < 3 in floats
+    assert post_blocks(12, 0.25) == 3 and post_blocks(24, 0.25) == 6 and post_blocks(10, 0.3) == 3
+    assert post_blocks(3, 0.25) == 0 and post_blocks(4, 1.0) == 4
+
+
+def test_deepnorm_composes_with_another_norm():
+    # norm=deepnorm norm.base=rms: RMSNorm in slot C with deepnorm's eps, the residual × α = (2·8)^¼ = 2, and
+    # the paper's Xavier-normal init with gain β (the v rows of a d = 256, N = 8 model: std 0.0220971)
+    torch.manual_seed(0)
+    model = make({"name": "deepnorm", "base": "rms"}, "post", n_layers=8, d_model=256)
+    branch = model.blocks[0].attn
+    assert isinstance(branch.norm_add, RMSNorm) and branch.norm_add.eps == 1e-5
+    assert branch.alpha == pytest.approx(2.0)
+    v = branch.sublayer.qkv.weight.split(256)[2]
+    assert v.std().item() == pytest.approx(DEEPNET_STDS[(8, 256)]["v"], rel=0.03)
+    assert isinstance(make("deepnorm", "post").blocks[0].attn.norm_add, nn.LayerNorm)  # the paper's default

@@ -1,5 +1,7 @@
 """Each norm against torch.nn.functional's reference implementation."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,10 +20,12 @@ def test_every_registered_norm_builds_and_keeps_the_shape():
     for name in NORMS:
         y = build_norm(16, {"name": name}, context_length=8)(x)
         assert y.shape == x.shape and torch.isfinite(y).all(), name
-        if name != "none":  # a normalisation at init brings features to unit scale
-            assert y.pow(2).mean().sqrt().item() == pytest.approx(1.0, abs=0.05), name
-        else:
+        if name == "none":
             assert torch.equal(y, x)
+        elif name == "dyt":  # no statistics: tanh bounds each feature in (−1, 1) instead
+            assert y.abs().max().item() < 1.0
+        else:  # a normalisation at init brings features to unit scale
+            assert y.pow(2).mean().sqrt().item() == pytest.approx(1.0, abs=0.05), name
 
 
 def test_layernorm_matches_functional():
@@ -116,3 +120,60 @@ def test_batchnorm_running_statistics_converge_to_the_per_position_population():
 def test_none_is_identity():
     x = torch.randn(2, 3, 4)
     assert torch.equal(build_norm(4, {"name": "none"}, 8)(x), x)
+
+
+# DyT (Zhu et al. 2025): y = γ·tanh(α·x) + β. Hand-written gradients for an upstream gradient G:
+#   ∂L/∂x = G·γ·α·(1 − tanh²(αx)),  ∂L/∂α = Σ G·γ·x·(1 − tanh²(αx)),  ∂L/∂γ = Σ G·tanh(αx),  ∂L/∂β = Σ G.
+def test_dyt_matches_the_papers_formula_in_values_and_gradients():
+    torch.manual_seed(0)
+    norm = build_norm(16, {"name": "dyt", "alpha_init": 0.7}, 8)
+    assert norm.alpha.item() == pytest.approx(0.7)
+    assert torch.equal(norm.weight, torch.ones(16)) and torch.equal(norm.bias, torch.zeros(16))
+    randomise_affine(norm)
+    x = (torch.randn(3, 5, 16) * 3).requires_grad_()
+    g = torch.randn(3, 5, 16)
+    y = norm(x)
+    a, gamma, beta = norm.alpha.detach(), norm.weight.detach(), norm.bias.detach()
+    t = torch.tanh(a * x.detach())
+    torch.testing.assert_close(y, gamma * t + beta)
+    (y * g).sum().backward()
+    sech2 = 1 - t**2
+    torch.testing.assert_close(x.grad, g * gamma * a * sech2)
+    torch.testing.assert_close(norm.alpha.grad, (g * gamma * x.detach() * sech2).sum().view(1))
+    torch.testing.assert_close(norm.weight.grad, (g * t).sum((0, 1)))
+    torch.testing.assert_close(norm.bias.grad, g.sum((0, 1)))
+
+
+def test_dyt_without_bias_and_squashing_large_inputs():
+    norm = build_norm(4, {"name": "dyt", "bias": False}, 8)
+    assert norm.bias is None and norm.alpha.item() == 0.5  # the paper's default α₀
+    y = norm(torch.tensor([[1e6, -1e6, 0.0, 2.0]]))
+    torch.testing.assert_close(y, torch.tensor([[1.0, -1.0, 0.0, math.tanh(1.0)]]))
+
+
+# ScaleNorm (Nguyen & Salazar 2019): y = g·x/‖x‖, g one scalar, √d at init. Hand-written gradients:
+#   ∂L/∂x = (g/‖x‖)·(G − x·(x·G)/‖x‖²),  ∂L/∂g = Σ G·x/‖x‖.
+def test_scalenorm_matches_the_papers_formula_in_values_and_gradients():
+    torch.manual_seed(0)
+    norm = build_norm(16, {"name": "scalenorm"}, 8)
+    assert [p.numel() for p in norm.parameters()] == [1]
+    assert norm.scale.item() == pytest.approx(4.0)  # √16
+    with torch.no_grad():
+        norm.scale.fill_(2.5)
+    x = (torch.randn(3, 5, 16) * 3 + 1).requires_grad_()
+    g = torch.randn(3, 5, 16)
+    y = norm(x)
+    xd = x.detach()
+    length = xd.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(y, 2.5 * xd / length)
+    (y * g).sum().backward()
+    expected_dx = 2.5 / length * (g - xd * (xd * g).sum(-1, keepdim=True) / length**2)
+    torch.testing.assert_close(x.grad, expected_dx)
+    torch.testing.assert_close(norm.scale.grad, (g * xd / length).sum())
+
+
+def test_scalenorm_clamps_a_tiny_norm_at_eps_and_keeps_the_dtype():
+    norm = build_norm(4, {"name": "scalenorm", "eps": 1e-5}, 8)
+    x = torch.full((1, 4), 1e-9)
+    torch.testing.assert_close(norm(x), 2.0 * x / 1e-5)  # g = √4, ‖x‖ = 2e-9 < eps
+    assert norm(torch.randn(2, 4, dtype=torch.bfloat16)).dtype == torch.bfloat16

@@ -49,4 +49,7 @@ def test_python_dash_m_normlab_is_train_py(tmp_path):
         [sys.executable, "-m", "normlab", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "== Config groups" in done.stdout and "norm: bn, deepnorm, ln, none, rms" in done.stdout
+    assert (
+        "== Config groups" in done.stdout
+        and "norm: bn, deepnorm, dyt, ln, none, rms, scalenorm" in done.stdout
+    )

@@ -104,6 +104,11 @@ def act_rms(s: dict, step: int, i: int) -> float:
     return s["base"] * (1 + i) * (1 + step / MAX_STEPS)
 
 
+def layer_importance(s: dict, i: int) -> float:
+    """The final evaluation's val loss with block i skipped, minus the val loss: falling with depth."""
+    return 0.5 * s["base"] / (1 + i)
+
+
 def write_run(run_dir: Path, s: dict[str, Any]) -> None:
     (run_dir / ".hydra").mkdir(parents=True)
     cfg = config(s["norm"], s["placement"], s["seed"], s["depth"], s["warmup"])
@@ -172,9 +177,15 @@ def write_run(run_dir: Path, s: dict[str, Any]) -> None:
             row[names.GRAD_NORM] = "inf"
         rows.append(row)
     if s["status"] == "completed":
-        rows.append(
-            {names.STEP: MAX_STEPS, names.VAL_LOSS: s["final_val"], names.VAL_PPL: math.exp(s["final_val"])}
-        )
+        final = {
+            names.STEP: MAX_STEPS,
+            names.VAL_LOSS: s["final_val"],
+            names.VAL_PPL: math.exp(s["final_val"]),
+        }
+        if s["instrumented"]:  # metrics.layer_ablation: the final evaluation with each block skipped
+            for i in range(s["depth"]):
+                final[names.layer_ablation(i)] = s["final_val"] + layer_importance(s, i)
+        rows.append(final)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     summary.update(
         steps=last if s["status"] == "diverged" else MAX_STEPS,

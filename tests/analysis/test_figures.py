@@ -14,11 +14,13 @@ from matplotlib.patches import Rectangle
 from normlab.analysis import load_runs
 from normlab.analysis.plots import (
     coinciding,
+    layer_contributions,
     plot_act_rms,
     plot_attn_max_logit,
     plot_grad_norm,
     plot_grad_profile_init,
     plot_grid,
+    plot_layer_ablation,
     plot_loss,
     step_ticks,
 )
@@ -187,3 +189,20 @@ def test_grid_cells_show_n(grid_sweep):
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "3.100\n± 0.141\nn=2" in texts
     assert "2.600\n1/2 div." in texts
+
+
+def test_layer_ablation_figure_shows_each_runs_loss_increase_per_block(six, fab):
+    per_run = layer_contributions(six)
+    assert len(per_run) == 11  # every completed run of the six variants
+    for run, deltas in per_run.items():
+        base = six.runs.at[run, "final_val_loss"] - 2.0
+        expected = [fab.layer_importance({"base": base}, i) for i in range(fab.DEPTH)]
+        np.testing.assert_allclose(deltas, expected, rtol=1e-9)
+    fig = plot_layer_ablation(six)
+    ax = fig.axes[0]
+    pre = six.runs.index[(six.runs["norm"] == "ln") & (six.runs["placement"] == "pre")]
+    mean = np.mean([per_run[r] for r in pre], axis=0)
+    lines = [
+        ln for ln in ax.get_lines() if len(ln.get_ydata()) == len(mean) and np.allclose(ln.get_ydata(), mean)
+    ]
+    assert len(lines) == 1 and list(lines[0].get_xdata()) == list(range(fab.DEPTH))

@@ -101,6 +101,7 @@ def test_figures_without_data_are_skipped_with_a_note(bare_sweep, tmp_path):
         "Max attention logit per layer",
         "Update ratio per layer",
         "Model update since initialisation",
+        "Layer importance: loss with each block skipped",
         "Grid of final val loss",  # only placement varies here
     }
     assert rep.skipped["Grid of final val loss"] == "fewer than two config keys vary between these runs"

@@ -73,6 +73,20 @@ def test_a_different_model_names_every_differing_key(trained_run):
     checkpoint.check_compatible(found, found.state[checkpoint.MODEL_CONFIG_KEY])  # the same: fine
 
 
+def test_placement_knobs_are_compared_and_older_checkpoints_still_resume(trained_run):
+    found = checkpoint.find_checkpoint(trained_run)
+    saved = found.state[checkpoint.MODEL_CONFIG_KEY]
+    assert saved["placement"] == {"name": "pre"}  # the whole placement group, since placements have knobs
+    mixln = dict(saved, placement={"name": "mixln", "post_fraction": 0.5})
+    with pytest.raises(
+        InvalidConfig,
+        match=r"\(placement=pre there, mixln here; placement.post_fraction=null there, 0.5 here\)",
+    ):
+        checkpoint.check_compatible(found, mixln)
+    found.state[checkpoint.MODEL_CONFIG_KEY] = dict(saved, placement="pre")  # saved before: the name only
+    checkpoint.check_compatible(found, saved)
+
+
 def test_a_checkpoint_without_a_model_config_still_fails_in_one_sentence(trained_run):
     from normlab.model import GPT
 

@@ -91,7 +91,7 @@ def test_values_are_converted_to_their_declared_types():
         ("model.embed_scale=-1", "model.embed_scale", "a finite number > 0, or sqrt_d"),
         ("model.init=kaiming", "model.init", "one of gpt2, xavier"),
         ("model.pos=rope", "model.pos", "one of learned, sinusoidal"),
-        ("model.qk_norm=l2", "model.qk_norm", "one of none, ln, rms"),
+        ("model.qk_norm=l2", "model.qk_norm", "one of none, ln, rms, dyt, scalenorm"),
         ("optim.z_loss=-0.5", "optim.z_loss", "a finite number ≥ 0"),
         ("optim.z_loss=big", "optim.z_loss", "a finite number ≥ 0"),
         ("spikes.trend=0", "spikes.trend", "a whole number ≥ 1"),

@@ -152,9 +152,11 @@ def test_model_update_is_deepnets_measure(make_gpt, make_trainer):
 
 
 def test_model_update_only_where_deepnet_measures_it():
-    assert wants_model_update("auto", "deepnorm", "post") and wants_model_update("auto", "ln", "post")
-    assert not wants_model_update("auto", "ln", "pre")
-    assert wants_model_update(True, "ln", "pre") and not wants_model_update(False, "ln", "post")
+    assert wants_model_update("auto", "post", 2) and wants_model_update("auto", {"name": "resi_dual"}, 2)
+    assert not wants_model_update("auto", "pre", 2) and not wants_model_update("auto", "lnscale", 2)
+    # mixln: Post-LN in the first ⌊0.25·L⌋ blocks, so none at depth 3 and one at depth 4
+    assert not wants_model_update("auto", "mixln", 3) and wants_model_update("auto", "mixln", 4)
+    assert wants_model_update(True, "pre", 2) and not wants_model_update(False, "post", 2)
 
 
 def test_gradient_histograms_cover_every_block_entry(make_gpt, make_trainer):

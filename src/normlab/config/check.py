@@ -224,7 +224,7 @@ def check_combinations(cfg: Mapping[str, Any]) -> None:
     from normlab.model.variant import InvalidVariant, check_heads, check_variant
 
     try:
-        check_variant(cfg["norm"]["name"], cfg["placement"]["name"])
+        check_variant(cfg["norm"], cfg["placement"])
     except InvalidVariant as e:
         raise InvalidConfig(str(e), "placement") from None
     model, train, optim = cfg["model"], cfg["train"], cfg["optim"]

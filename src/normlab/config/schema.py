@@ -63,16 +63,27 @@ def _model_choices(name: str) -> Callable[[], Sequence[str]]:
     """Choices the model code defines (normlab.model.variant.INITS, ...), looked up when checking."""
 
     def choices() -> Sequence[str]:
-        from normlab.model import norms, variant
+        from normlab.model import variant
 
-        return getattr(variant, name, None) or getattr(norms, name)
+        return getattr(variant, name)
 
     return choices
 
 
+def _qk_norms() -> Sequence[str]:
+    from normlab.model.norms import qk_norms
+
+    return qk_norms()
+
+
+def _deepnorm_bases() -> Sequence[str]:
+    from normlab.model.norms import DEEPNORM_BASES
+
+    return DEEPNORM_BASES
+
+
 INITS = _model_choices("INITS")
 POSITIONS = _model_choices("POSITIONS")
-QK_NORMS = _model_choices("QK_NORMS")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "bf16", "fp16")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
@@ -103,7 +114,7 @@ class ModelSchema:
     n_heads: int = knob(ge=1)
     n_layers: int = knob(ge=1)
     norm: Any = knob()  # a copy of the `norm` group, checked there
-    placement: str = knob(choices=_placements)
+    placement: Any = knob()  # a copy of the `placement` group, checked there
     dropout: float = knob(ge=0, lt=1)
     bias: bool = knob()
     pos: str = knob(choices=POSITIONS)
@@ -111,7 +122,7 @@ class ModelSchema:
     init: str = knob(choices=INITS)
     embed_scale: Any = knob(gt=0, also="sqrt_d")
     ffn_mult: int = knob(ge=1)
-    qk_norm: str = knob(choices=QK_NORMS)
+    qk_norm: str = knob(choices=_qk_norms)
 
 
 @dataclass
@@ -123,11 +134,16 @@ class NormSchema:
     bias: bool = knob()
     momentum: float = knob(ge=0, le=1)
     sync: bool = knob()
+    alpha_init: float = knob(gt=0)
+    base: str = knob(choices=_deepnorm_bases)
 
 
 @dataclass
 class PlacementSchema:
+    """configs/placement/*.yaml (each placement uses some of these keys)."""
+
     name: str = knob(choices=_placements)
+    post_fraction: float = knob(ge=0, le=1)
 
 
 @dataclass
@@ -231,6 +247,7 @@ class MetricsSchema:
     histogram_bins: int = knob(ge=1)
     model_update: Any = knob(choices=("auto", True, False))
     probe_batch: int = knob(ge=1)
+    layer_ablation: bool = knob()
 
 
 @dataclass

@@ -30,6 +30,11 @@ def rms(x: torch.Tensor) -> torch.Tensor:
     return x.detach().float().square().mean().sqrt()
 
 
+def residual_stream(block_output: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The residual stream x in a block's output: the output itself, or x of ResiDual's (x, d)."""
+    return block_output[0] if isinstance(block_output, tuple) else block_output
+
+
 def attention_modules(block: nn.Module) -> list[CausalSelfAttention]:
     """The attention sublayers of a block."""
     return [m for m in block.modules() if isinstance(m, CausalSelfAttention)]
@@ -49,7 +54,8 @@ def activation_keys(n_layers: int) -> list[str]:
 class ActivationCapture:
     """Records, for the forward passes inside the `with`, the keys of `activation_keys`:
 
-    - act_rms/layer_i: RMS of the residual stream leaving block i (over batch, positions and features);
+    - act_rms/layer_i: RMS of the residual stream x leaving block i (over batch, positions and features;
+      with ResiDual, its Post-LN stream x, not the accumulating d);
     - act_rms/head_input: RMS of what the LM head reads (after the final norm, if the placement has one);
     - logits/mean, logits/max: mean and maximum of the output logits over batch, positions and vocabulary;
     - logits/log_z: mean over batch and positions of log Σ_v exp(logit_v), in float32 (what z-loss squares);
@@ -75,7 +81,9 @@ class ActivationCapture:
         self._found = {}
         for i, block in enumerate(self.model.blocks):
             self._handles.append(
-                block.register_forward_hook(self._record(names.act_rms_layer(i), lambda a, out: rms(out)))
+                block.register_forward_hook(
+                    self._record(names.act_rms_layer(i), lambda a, out: rms(residual_stream(out)))
+                )
             )
             for attn in attention_modules(block):
                 self._hook_max_logit(attn, names.attn_max_logit_layer(i))

@@ -25,11 +25,7 @@ from normlab.metrics.histograms import layer_grad_histograms
 from normlab.metrics.layout import ParamLayout
 from normlab.metrics.model_update import ModelUpdateProbe
 from normlab.metrics.updates import UpdateRatio, param_norm_keys, update_ratio_keys
-
-# Placements and norms whose early updates DeepNet studies: the model update is measured for these
-# unless metrics.model_update says otherwise.
-MODEL_UPDATE_NORMS = ("deepnorm",)
-MODEL_UPDATE_PLACEMENTS = ("post",)
+from normlab.model.placements import normalises_stream
 
 
 @dataclass(frozen=True)
@@ -43,6 +39,7 @@ class InstrumentConfig:
     histogram_bins: int
     model_update: bool | str  # true | false | auto (see `wants_model_update`)
     probe_batch: int  # sequences in the model-update probe batch
+    layer_ablation: bool  # the loss with each block skipped, at every evaluation (metrics.ablation)
 
     @classmethod
     def from_config(cls, values: Mapping[str, Any] | None = None, **changes: Any) -> InstrumentConfig:
@@ -57,10 +54,12 @@ class InstrumentConfig:
         return self.histogram_every > 0 and step % period == 0
 
 
-def wants_model_update(setting: bool | str, norm: str, placement: str) -> bool:
-    """metrics.model_update: true, false, or auto (DeepNorm and Post-LN runs, the cases DeepNet measures)."""
+def wants_model_update(setting: bool | str, placement: Mapping[str, Any] | str, depth: int) -> bool:
+    """metrics.model_update: true, false, or auto: runs where some block normalises the residual stream
+    itself (Post-LN's slot C: post, and so DeepNorm, mixln's first blocks, resi_dual's Post-LN stream), the
+    early updates DeepNet studies."""
     if setting == "auto":
-        return norm in MODEL_UPDATE_NORMS or placement in MODEL_UPDATE_PLACEMENTS
+        return normalises_stream(placement, depth)
     return bool(setting)
 
 

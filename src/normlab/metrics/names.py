@@ -49,6 +49,13 @@ def act_rms_layer(i: int) -> str:
     return f"act_rms/layer_{i}"
 
 
+def layer_ablation(i: int) -> str:
+    """Validation loss (nats/token) with block i skipped — the identity in its place, the stream entering it
+    passed to block i + 1 — over the same batches as val_loss; on evaluation rows, with
+    metrics.layer_ablation (normlab.metrics.ablation)."""
+    return f"layer_ablation/layer_{i}"
+
+
 ACT_RMS_HEAD = "act_rms/head_input"  # RMS of the input to the LM head (after the final norm, if any)
 
 

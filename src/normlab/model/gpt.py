@@ -10,9 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.model.norms import NORMS, QK_NORMS, build_norm, build_qk_norm
-from normlab.model.placements import PLACEMENTS, Placement
-from normlab.model.variant import INITS, POSITIONS, InvalidVariant, check_heads, check_variant
+from normlab.model.norms import NORMS, build_norm, build_qk_norm, norm_spec
+from normlab.model.placements import PLACEMENTS, Slots, placement_spec
+from normlab.model.variant import INITS, POSITIONS, InvalidVariant, Spec, check_heads, check_variant
+
+# What flows from block to block: the residual stream x, or (x, d) with ResiDual's second stream d.
+Stream = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
 
 @torch.no_grad()
@@ -32,12 +35,13 @@ ALL = slice(None)  # every row of a parameter
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention. `qk_norm` (none | ln | rms) normalises each head's queries and
-    keys over d_head before the dot product, with one learned gain (ln: and bias) of size d_head shared by
-    the heads: qk-layernorm (Dehghani et al. 2023), which Wortsman et al. 2023 use against attention-logit
-    growth; per head as OLMo-core's `use_head_qk_norm` (allenai/OLMo-core,
-    src/olmo_core/nn/attention/__init__.py). OLMo-core's default (OLMo 2) normalises the whole
-    d_model-wide projection instead, before splitting it into heads."""
+    """Multi-head causal self-attention. `qk_norm` (none, or a norm of NORMS that acts on one vector at a
+    time: ln, rms, dyt, scalenorm) normalises each head's queries and keys over d_head before the dot
+    product, with one set of learned parameters of size d_head shared by the heads: qk-layernorm
+    (Dehghani et al. 2023), which Wortsman et al. 2023 use against attention-logit growth; per head as
+    OLMo-core's `use_head_qk_norm` (allenai/OLMo-core, src/olmo_core/nn/attention/__init__.py).
+    OLMo-core's default (OLMo 2) normalises the whole d_model-wide projection instead, before splitting it
+    into heads."""
 
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool, qk_norm: str = "none") -> None:
         super().__init__()
@@ -90,17 +94,20 @@ class FeedForward(nn.Module):
 
 
 class ResidualBranch(nn.Module):
-    """x → [norm_in] → sublayer → [norm_out] → dropout → α·x + · → [norm_add]; unfilled slots are identities."""
+    """x → [norm_in] (× input_scale) → sublayer → [norm_out] → dropout → α·x + · → [norm_add]; unfilled
+    slots are identities. With a second stream (ResiDual) the branch maps (x, d) to (that, d + the
+    dropped-out sublayer output)."""
 
     def __init__(
         self,
         sublayer: nn.Module,
         d_model: int,
         norm: Mapping[str, Any],
-        where: Placement,
+        slots: Slots,
         alpha: float,
         dropout: float,
         context_length: int,
+        dual_stream: bool = False,
     ) -> None:
         super().__init__()
         self.sublayer = sublayer
@@ -108,15 +115,22 @@ class ResidualBranch(nn.Module):
         def slot(filled: bool) -> nn.Module:
             return build_norm(d_model, norm, context_length) if filled else nn.Identity()
 
-        self.norm_in = slot(where.before_sublayer)
-        self.norm_out = slot(where.after_sublayer)
-        self.norm_add = slot(where.after_add)
+        self.norm_in = slot(slots.before_sublayer)
+        self.norm_out = slot(slots.after_sublayer)
+        self.norm_add = slot(slots.after_add)
+        self.input_scale = slots.input_scale
         self.alpha = alpha
+        self.dual_stream = dual_stream
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.drop(self.norm_out(self.sublayer(self.norm_in(x))))
-        return self.norm_add(x * self.alpha + h if self.alpha != 1.0 else x + h)
+    def forward(self, stream: Stream) -> Stream:
+        x, d = stream if self.dual_stream else (stream, None)
+        normed = self.norm_in(x)
+        if self.input_scale != 1.0:
+            normed = normed * self.input_scale
+        h = self.drop(self.norm_out(self.sublayer(normed)))
+        out = self.norm_add(x * self.alpha + h if self.alpha != 1.0 else x + h)
+        return (out, d + h) if self.dual_stream else out
 
 
 class Block(nn.Module):
@@ -125,30 +139,39 @@ class Block(nn.Module):
         d_model: int,
         n_heads: int,
         norm: Mapping[str, Any],
-        where: Placement,
+        slots: Slots,
         alpha: float,
         dropout: float,
         bias: bool,
         ffn_mult: int,
         context_length: int,
         qk_norm: str = "none",
+        dual_stream: bool = False,
     ) -> None:
         super().__init__()
         self.attn = ResidualBranch(
             CausalSelfAttention(d_model, n_heads, dropout, bias, qk_norm),
             d_model,
             norm,
-            where,
+            slots,
             alpha,
             dropout,
             context_length,
+            dual_stream,
         )
         self.ffn = ResidualBranch(
-            FeedForward(d_model, ffn_mult, bias), d_model, norm, where, alpha, dropout, context_length
+            FeedForward(d_model, ffn_mult, bias),
+            d_model,
+            norm,
+            slots,
+            alpha,
+            dropout,
+            context_length,
+            dual_stream,
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ffn(self.attn(x))
+    def forward(self, stream: Stream) -> Stream:
+        return self.ffn(self.attn(stream))
 
 
 def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
@@ -164,9 +187,11 @@ def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
 class GPT(nn.Module):
     """Token ids (batch, time) → logits (batch, time, vocab_size).
 
-    `norm` is the resolved `norm` config group (a mapping with at least `name`); `placement` names an
-    entry of PLACEMENTS. `embed_scale` multiplies token embeddings: a number, or "sqrt_d" for √d_model.
-    `qk_norm` (none | ln | rms) normalises each attention head's queries and keys (CausalSelfAttention).
+    `norm` and `placement` are the resolved `norm` and `placement` config groups (mappings with at least
+    `name`; a bare name, or a group without some knobs, takes the rest from configs/GROUP/NAME.yaml). Each
+    block gets its slots from the placement (`PLACEMENTS[name].slots(i, n_layers, placement)`).
+    `embed_scale` multiplies token embeddings: a number, or "sqrt_d" for √d_model. `qk_norm` (none, or a
+    per-vector norm of NORMS) normalises each attention head's queries and keys (CausalSelfAttention).
     """
 
     def __init__(
@@ -176,8 +201,8 @@ class GPT(nn.Module):
         d_model: int,
         n_heads: int,
         n_layers: int,
-        norm: Mapping[str, Any],
-        placement: str,
+        norm: Spec,
+        placement: Spec,
         dropout: float = 0.0,
         bias: bool = True,
         pos: str = "learned",
@@ -188,23 +213,23 @@ class GPT(nn.Module):
         qk_norm: str = "none",
     ) -> None:
         super().__init__()
-        norm = dict(norm)
-        check_variant(norm["name"], placement)
+        check_variant(norm, placement, qk_norm)
         if init not in INITS:
             raise InvalidVariant(f"model.init={init} is unknown; choose one of {', '.join(INITS)}.")
         if pos not in POSITIONS:
             raise InvalidVariant(f"model.pos={pos} is unknown; choose one of {', '.join(POSITIONS)}.")
-        if qk_norm not in QK_NORMS:
-            raise InvalidVariant(f"model.qk_norm={qk_norm} is unknown; choose one of {', '.join(QK_NORMS)}.")
         if n_layers < 1:
             raise InvalidVariant(f"depth={n_layers} must be at least 1.")
-        kind, where = NORMS[norm["name"]], PLACEMENTS[placement]
+        norm, placement = norm_spec(norm), placement_spec(placement)
+        kind, where = NORMS[norm["name"]], PLACEMENTS[placement["name"]]
         self.norm_name, self.placement, self.n_layers, self.qk_norm = (
             norm["name"],
-            placement,
+            placement["name"],
             n_layers,
             qk_norm,
         )
+        self.layer_slots = where.per_layer(n_layers, placement)
+        self.dual_stream = where.dual_stream
         self.context_length, self.d_model = context_length, d_model
         self.embed_scale = math.sqrt(d_model) if embed_scale == "sqrt_d" else float(embed_scale)
 
@@ -217,8 +242,20 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(dropout)
         alpha = kind.residual_scale(n_layers)
         self.blocks = nn.ModuleList(
-            Block(d_model, n_heads, norm, where, alpha, dropout, bias, ffn_mult, context_length, qk_norm)
-            for _ in range(n_layers)
+            Block(
+                d_model,
+                n_heads,
+                norm,
+                slots,
+                alpha,
+                dropout,
+                bias,
+                ffn_mult,
+                context_length,
+                qk_norm,
+                where.dual_stream,
+            )
+            for slots in self.layer_slots
         )
         self.final_norm = build_norm(d_model, norm, context_length) if where.final_norm else nn.Identity()
         self.head = nn.Linear(d_model, vocab_size, bias=False)
@@ -268,51 +305,85 @@ class GPT(nn.Module):
 
     def features(self, idx: torch.Tensor) -> torch.Tensor:
         """What the LM head reads, (batch, time, d_model): the trainer fuses the head with its loss."""
+        stream = self.embed(idx)
+        for block in self.blocks:
+            stream = block(stream)
+        return self.readout(stream)
+
+    def embed(self, idx: torch.Tensor) -> Stream:
+        """The stream the first block reads: token embedding × embed_scale + positions (dropped out); with
+        ResiDual's second stream, (x, d) both starting there."""
         t = idx.shape[1]
         if t > self.context_length:
             raise ValueError(f"sequence of {t} tokens exceeds model.context_length={self.context_length}")
         pos = self.pos_emb[:t] if self.pos_emb is not None else self.pos_table[:t]
         x = self.drop(self.tok_emb(idx) * self.embed_scale + pos)
-        for block in self.blocks:
-            x = block(x)
-        return self.final_norm(x)
+        return (x, x) if self.dual_stream else x
+
+    def readout(self, stream: Stream) -> torch.Tensor:
+        """What the head reads from the last block's stream: the final norm of x (an identity where the
+        placement has none), or with ResiDual x + N(d)."""
+        if self.dual_stream:
+            x, d = stream
+            return x + self.final_norm(d)
+        return self.final_norm(stream)
 
     def norm_cancelled_parameters(self) -> list[tuple[str, nn.Parameter, slice]]:
         """The parameters (name, parameter, rows) whose effect on the training loss the norm subtracts exactly.
 
-        A norm that subtracts the batch mean of each position and feature (BatchNorm in training; NormType's
-        `removes_batch_shift`) removes a vector added to every sequence of the batch, wherever it is
-        normalised before anything else reads it (Placement's `removes_*_shift`): the learned position
-        embedding when sublayers and head read the stream only through norms (pre, double); the biases that
-        end each sublayer (FeedForward's and CausalSelfAttention's `output_shift_biases`); and slot B's and
-        slot C's own biases where their output is normalised again. The true gradient of these is zero and
-        autograd returns float rounding (~1e-9), which Adam's per-coordinate normalisation would turn into
-        steps of about the learning rate in random directions: a walk the training loss never sees, but the
-        running means BatchNorm evaluates with lag behind it, so the validation loss would depend on
-        rounding (on the number of ranks or threads). The Trainer zeroes these gradients, so they keep
-        their initial values, which the norm subtracts in eval as in training. With dropout the vector is
-        rescaled per sample, and nothing is cancelled exactly.
+        A norm that subtracts the batch mean of each position and feature (BatchNorm in training: a norm
+        module with `removes_batch_shift`) removes a vector added to every sequence of the batch, wherever
+        it is normalised before anything else reads it. Followed block by block, per layer (placements
+        may differ by layer): the learned position embedding, when every branch reads the stream through
+        slot A until a slot C or the head's final norm normalises it (pre, double); the biases that end
+        each sublayer (FeedForward's and CausalSelfAttention's `output_shift_biases`), when slot B, or the
+        stream after the branch, removes them; slot B's and slot C's own biases likewise; with ResiDual,
+        what also enters the second stream d must be removed by the head's N(d). The true gradient of
+        these is zero and autograd returns float rounding (~1e-9), which Adam's per-coordinate
+        normalisation would turn into steps of about the learning rate in random directions: a walk the
+        training loss never sees, but the running means BatchNorm evaluates with lag behind it, so the
+        validation loss would depend on rounding (on the number of ranks or threads). The Trainer zeroes
+        these gradients, so they keep their initial values, which the norm subtracts in eval as in
+        training. With dropout the vector is rescaled per sample, and nothing is cancelled exactly.
         """
-        kind, where = NORMS[self.norm_name], PLACEMENTS[self.placement]
-        if not kind.removes_batch_shift or self.drop.p > 0:
+        if self.drop.p > 0:
             return []
+        branches = [branch for block in self.blocks for branch in (block.attn, block.ffn)]
+        head = _removes_shift(self.final_norm)
+        into_d_removed = not self.dual_stream or head  # what enters d meets the head's N(d) alone
+
+        def stream_removed(start: int) -> bool:
+            """Whether a vector added to the stream x before branch `start` is subtracted before any read."""
+            for branch in branches[start:]:
+                if not _removes_shift(branch.norm_in):
+                    return False
+                if _removes_shift(branch.norm_add):
+                    return True
+            return head and not self.dual_stream  # the head reads N(x); with ResiDual, x + N(d)
+
         found: list[tuple[nn.Parameter, slice]] = []
-        if where.removes_stream_shift and self.pos_emb is not None:
+        if self.pos_emb is not None and stream_removed(0) and into_d_removed:
             found.append((self.pos_emb, ALL))
-        for block in self.blocks:
-            for branch in (block.attn, block.ffn):
-                if where.removes_sublayer_shift:
-                    found += branch.sublayer.output_shift_biases()
-                if where.after_sublayer and where.removes_merge_shift:
-                    found += _norm_bias(branch.norm_out)
-                if where.after_add and where.removes_stream_shift:
-                    found += _norm_bias(branch.norm_add)
+        for k, branch in enumerate(branches):
+            after = stream_removed(k + 1)
+            # a vector added to the branch output h: in x's sum at this branch and, with ResiDual, in d
+            h_removed = (_removes_shift(branch.norm_add) or after) and into_d_removed
+            if _removes_shift(branch.norm_out) or h_removed:
+                found += branch.sublayer.output_shift_biases()
+            if h_removed:
+                found += _norm_bias(branch.norm_out)
+            if after:
+                found += _norm_bias(branch.norm_add)
         names = {id(p): name for name, p in self.named_parameters()}
         return [(names[id(p)], p, rows) for p, rows in found]
 
     def n_params(self) -> int:
         """Trainable parameters, the tied head counted once."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def _removes_shift(norm: nn.Module) -> bool:
+    return bool(getattr(norm, "removes_batch_shift", False))
 
 
 def _norm_bias(norm: nn.Module) -> list[tuple[nn.Parameter, slice]]:

@@ -7,6 +7,7 @@ is the longest sequence the model accepts (BatchNorm keeps statistics per positi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,10 @@ class CausalBatchNorm(nn.Module):
     N-rank run normalises exactly as a 1-rank run of the same global batch.
     """
 
+    # In training the output does not change when one vector is added to every sequence of the batch (the
+    # batch mean subtracts it): GPT.norm_cancelled_parameters holds what can only add such a vector.
+    removes_batch_shift = True
+
     def __init__(
         self,
         d_model: int,
@@ -146,30 +151,80 @@ def _all_reduce_mean(t: torch.Tensor, ranks: int) -> torch.Tensor:
     return all_reduce(t) / ranks
 
 
+class DynamicTanh(nn.Module):
+    """DyT (Zhu et al. 2025, *Transformers without Normalization*): y = γ·tanh(α·x) + β, with α one learnable
+    scalar initialised to `alpha_init` and γ, β per feature (1 and 0 at init), as the authors' code has it
+    (jiachenzhu/DyT, dynamic_tanh.py; its LLaMA variant drops β: `bias=False`). No statistic: an
+    element-wise map that squashes large inputs as LayerNorm's S-shaped input-output curve does."""
+
+    def __init__(self, d_model: int, alpha_init: float = 0.5, bias: bool = True) -> None:
+        super().__init__()
+        self.alpha_init = alpha_init
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha_init)))
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.tanh(self.alpha * x) * self.weight
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.numel()}, alpha_init={self.alpha_init}, bias={self.bias is not None}"
+
+
+class ScaleNorm(nn.Module):
+    """ScaleNorm (Nguyen & Salazar 2019, *Transformers without Tears*): y = g · x / max(‖x‖, eps), one
+    learnable scalar g initialised to √d, so that the output has unit RMS at init. The norm is clamped below
+    at eps rather than eps added, as the authors' code does (tnq177/transformers_without_tears, layers.py,
+    eps 1e-5); computed in float32 whatever the input dtype, as the other norms' statistics are."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.scale = nn.Parameter(torch.tensor(math.sqrt(d_model)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        norm = torch.linalg.vector_norm(x32, 2, -1, keepdim=True).clamp(min=self.eps)
+        return (x32 * (self.scale.float() / norm)).to(x.dtype)
+
+
 @dataclass(frozen=True)
 class NormType:
     """How to build one norm type, and what else it changes in the block.
 
-    residual_scale(n_layers) multiplies the skip path before the add (1.0 = plain residual);
-    init_gain(n_layers), when given, replaces `model.init` for the block's projections: Xavier-normal
-    with that gain on the value, attention-output and both feed-forward weights and gain 1 on the query
-    and key weights (DeepNet's recipe); placements restricts where the norm is defined (None = every
-    placement). removes_batch_shift: in training the norm subtracts the batch mean of each position and
-    feature, so adding one vector to every sequence of the batch leaves its output unchanged (BatchNorm);
-    parameters that can only add such a vector are then held at their initial values
-    (GPT.norm_cancelled_parameters says which, and why).
+    `symbol` names it in the block formula (a function of the spec where it depends on it: DeepNorm shows
+    its base norm). residual_scale(n_layers) multiplies the skip path before the add (1.0 = plain
+    residual); init_gain(n_layers), when given, replaces `model.init` for the block's projections:
+    Xavier-normal with that gain on the value, attention-output and both feed-forward weights and gain 1 on
+    the query and key weights (DeepNet's recipe); placements restricts where the norm is defined (None =
+    every placement); `qk` says whether it can normalise each head's queries and keys (`model.qk_norm`): a
+    norm of one vector at a time that changes nothing else in the block.
     """
 
     build: Callable[[int, Mapping[str, Any], int], nn.Module]
-    symbol: str
+    symbol: str | Callable[[Mapping[str, Any]], str]
     residual_scale: Callable[[int], float] = lambda n_layers: 1.0
     init_gain: Callable[[int], float] | None = None
     placements: tuple[str, ...] | None = None
-    removes_batch_shift: bool = False
+    qk: bool = True
 
 
 def _layer_norm(d: int, spec: Mapping[str, Any], context_length: int) -> nn.Module:
     return nn.LayerNorm(d, eps=spec["eps"], bias=spec["bias"])
+
+
+def _deepnorm_base(d: int, spec: Mapping[str, Any], context_length: int) -> nn.Module:
+    """DeepNorm's norm: the norm named by norm.base, with the settings the deepnorm group gives (eps, bias)
+    where that norm has them and its own YAML defaults for the rest."""
+    return build_norm(d, base_spec(spec), context_length)
+
+
+def base_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec of the norm DeepNorm wraps (`norm.base`)."""
+    base = spec["base"]
+    own = group_defaults("norm", base)
+    return {**own, **{k: v for k, v in spec.items() if k in own and k != "name"}, "name": base}
 
 
 NORMS: dict[str, NormType] = {
@@ -185,40 +240,60 @@ NORMS: dict[str, NormType] = {
             sync=s["sync"],
         ),
         "BN",
-        removes_batch_shift=True,
+        qk=False,  # statistics over the batch, per position: not a per-vector norm of q and k
     ),
     # DeepNet (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000 Layers"), decoder-only with N
-    # blocks: x ← LN(α·x + F(x)) with α = (2N)^¼, and the paper's deepnorm_init (its Fig. 2 pseudo-code):
+    # blocks: x ← Norm(α·x + F(x)) with α = (2N)^¼, and the paper's deepnorm_init (its Fig. 2 pseudo-code):
     # xavier_normal_(w, gain=β) on ffn, v_proj, out_proj and gain 1 on q_proj, k_proj, β = (8N)^-¼.
-    # Defined for post only. Microsoft's torchscale (torchscale/architecture/decoder.py, read for this)
-    # uses α = (2N)^¼ and init_scale = (8N)^¼ for decoder-only, but divides its default-initialised
-    # v_proj / out_proj / fc1 / fc2 parameters by init_scale instead; we follow the paper's recipe.
+    # Norm is LayerNorm as in the paper, or another norm through norm.base. Defined for post only. Microsoft's
+    # torchscale (torchscale/architecture/decoder.py, read for this) uses α = (2N)^¼ and init_scale =
+    # (8N)^¼ for decoder-only, but divides its default-initialised v_proj / out_proj / fc1 / fc2 parameters
+    # by init_scale instead; we follow the paper's recipe.
     "deepnorm": NormType(
-        _layer_norm,
-        "LN",
+        _deepnorm_base,
+        lambda spec: norm_symbol(base_spec(spec)),
         residual_scale=lambda n: (2 * n) ** 0.25,
         init_gain=lambda n: (8 * n) ** -0.25,
         placements=("post",),
+        qk=False,  # its residual scale and init belong to the block, not to q and k
     ),
     "none": NormType(lambda d, s, t: nn.Identity(), ""),
+    "dyt": NormType(lambda d, s, t: DynamicTanh(d, alpha_init=s["alpha_init"], bias=s["bias"]), "DyT"),
+    "scalenorm": NormType(lambda d, s, t: ScaleNorm(d, eps=s["eps"]), "SN"),
 }
+# what norm.base may name: a norm, not DeepNorm itself and not none (α·x + F(x) unnormalised grows
+# without bound)
+DEEPNORM_BASES = tuple(name for name in NORMS if name not in ("deepnorm", "none"))
 
 
-def build_norm(d_model: int, spec: Mapping[str, Any], context_length: int) -> nn.Module:
+def norm_spec(spec: Mapping[str, Any] | str) -> dict[str, Any]:
+    """A norm spec with every setting: a name alone (`"rms"`) or a partial spec, completed from
+    configs/norm/NAME.yaml (their one place). The name must be in NORMS (checked before, where the choices
+    are listed)."""
+    spec = {"name": spec} if isinstance(spec, str) else dict(spec)
+    return {**group_defaults("norm", spec["name"]), **spec}
+
+
+def norm_symbol(spec: Mapping[str, Any] | str) -> str:
+    """The norm's name in a block formula (`LN`, `RMS`, ``: none)."""
+    spec = norm_spec(spec)
+    symbol = NORMS[spec["name"]].symbol
+    return symbol if isinstance(symbol, str) else symbol(spec)
+
+
+def build_norm(d_model: int, spec: Mapping[str, Any] | str, context_length: int) -> nn.Module:
     """The norm named by spec["name"], for vectors of size d_model in sequences of up to context_length;
     settings the spec leaves out come from configs/norm/NAME.yaml (their one place)."""
-    kind = NORMS[spec["name"]]  # an unknown name is caught before this, where the choices are listed
-    return kind.build(d_model, {**group_defaults("norm", spec["name"]), **spec}, context_length)
+    spec = norm_spec(spec)
+    return NORMS[spec["name"]].build(d_model, spec, context_length)
 
 
-QK_NORMS = ("none", "ln", "rms")
+def qk_norms() -> tuple[str, ...]:
+    """What model.qk_norm may name: none, then every norm of NORMS that normalises one vector at a time."""
+    return ("none", *(name for name, kind in NORMS.items() if kind.qk and name != "none"))
 
 
-def build_qk_norm(kind: str, d_head: int) -> nn.Module:
-    """The norm applied to each head's queries and keys (model.qk_norm): over d_head, one learned gain
-    (and, for ln, bias) of size d_head shared by all heads."""
-    if kind == "ln":
-        return nn.LayerNorm(d_head, eps=1e-5)
-    if kind == "rms":
-        return RMSNorm(d_head, eps=1e-6)
-    return nn.Identity()
+def build_qk_norm(name: str, d_head: int) -> nn.Module:
+    """The norm applied to each head's queries and keys (model.qk_norm): NORMS[name] over d_head with its
+    YAML defaults, one set of learned parameters of size d_head shared by all heads."""
+    return build_norm(d_head, name, context_length=0)

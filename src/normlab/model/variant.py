@@ -1,29 +1,50 @@
-"""A norm × placement variant: whether it is defined, and what its block computes."""
+"""A norm × placement variant: whether it is defined, and what its blocks compute."""
 
 from __future__ import annotations
 
-from normlab.model.norms import NORMS
-from normlab.model.placements import PLACEMENTS, branch_formula
+from collections.abc import Mapping
+from typing import Any
+
+from normlab.model.norms import DEEPNORM_BASES, NORMS, norm_spec, norm_symbol, qk_norms
+from normlab.model.placements import PLACEMENTS, branch_formula, placement_spec
 
 INITS = ("gpt2", "xavier")
 POSITIONS = ("learned", "sinusoidal")
+
+Spec = Mapping[str, Any] | str  # a config group (with at least `name`), or just the name
 
 
 class InvalidVariant(ValueError):
     """A norm × placement (or other model knob) combination that is not defined."""
 
 
-def check_variant(norm: str, placement: str) -> None:
+def _name(spec: Spec) -> str:
+    return spec if isinstance(spec, str) else spec["name"]
+
+
+def check_variant(norm: Spec, placement: Spec, qk_norm: str = "none") -> None:
     """Raise InvalidVariant, in one sentence naming the valid choices, if this combination is undefined."""
-    if norm not in NORMS:
-        raise InvalidVariant(f"norm={norm} is unknown; choose one of {', '.join(NORMS)}.")
-    if placement not in PLACEMENTS:
-        raise InvalidVariant(f"placement={placement} is unknown; choose one of {', '.join(PLACEMENTS)}.")
-    allowed = NORMS[norm].placements
-    if allowed is not None and placement not in allowed:
+    norm_name, placement_name = _name(norm), _name(placement)
+    if norm_name not in NORMS:
+        raise InvalidVariant(f"norm={norm_name} is unknown; choose one of {', '.join(NORMS)}.")
+    if placement_name not in PLACEMENTS:
+        raise InvalidVariant(f"placement={placement_name} is unknown; choose one of {', '.join(PLACEMENTS)}.")
+    allowed = NORMS[norm_name].placements
+    if allowed is not None and placement_name not in allowed:
         raise InvalidVariant(
-            f"norm={norm} is defined only for placement={'|'.join(allowed)}, not placement={placement}; "
-            f"use placement={allowed[0]} or another norm."
+            f"norm={norm_name} is defined only for placement={'|'.join(allowed)}, not "
+            f"placement={placement_name}; use placement={allowed[0]} or another norm."
+        )
+    if norm_name == "deepnorm":
+        base = norm_spec(norm)["base"]
+        if base not in DEEPNORM_BASES:
+            raise InvalidVariant(
+                f"norm.base={base} is not a norm DeepNorm can wrap; choose one of {', '.join(DEEPNORM_BASES)}."
+            )
+    if qk_norm not in qk_norms():
+        raise InvalidVariant(
+            f"model.qk_norm={qk_norm} is not a norm of each head's queries and keys; choose one of "
+            f"{', '.join(qk_norms())}."
         )
 
 
@@ -37,17 +58,39 @@ def check_heads(d_model: int, n_heads: int) -> None:
         )
 
 
-QK_SYMBOLS = {"ln": "LN", "rms": "RMS"}
+def _block_ranges(indices: list[int]) -> str:
+    """'block 3' or 'blocks 0–2' for a run of consecutive block indices."""
+    first, last = indices[0], indices[-1]
+    return f"block {first}" if first == last else f"blocks {first}–{last}"
 
 
-def block_formula(norm: str, placement: str, n_layers: int, qk_norm: str = "none") -> str:
-    """Both residual branches of a block, e.g. `x ← LN(2.21·x + Attn(x)); x ← LN(2.21·x + FFN(x))`, and,
-    with model.qk_norm, what attention does to its queries and keys (`…; per head: q, k ← RMS(q), RMS(k)`)."""
-    check_variant(norm, placement)
-    kind, where = NORMS[norm], PLACEMENTS[placement]
+def block_formula(norm: Spec, placement: Spec, n_layers: int, qk_norm: str = "none") -> str:
+    """Both residual branches of a block, e.g. `x ← LN(2.21·x + Attn(x)); x ← LN(2.21·x + FFN(x))`.
+
+    Where the placement differs by layer, one formula per run of identical blocks, indexed from 0 as the
+    per-layer metrics are: `blocks 0–1: x ← LN(x + Attn(x)); … | blocks 2–7: x ← x + Attn(LN(x)); …`.
+    With a second residual stream (ResiDual), what the head reads follows (`…; head reads x + LN(d)`);
+    with model.qk_norm, what attention does to its queries and keys (`…; per head: q, k ← RMS(q), RMS(k)`).
+    """
+    check_variant(norm, placement, qk_norm)
+    kind, where = NORMS[_name(norm)], PLACEMENTS[_name(placement)]
+    symbol = norm_symbol(norm)
     alpha = kind.residual_scale(n_layers)
-    formula = "; ".join(branch_formula(where, kind.symbol, f, alpha) for f in ("Attn", "FFN"))
-    if qk_norm in QK_SYMBOLS:
-        sym = QK_SYMBOLS[qk_norm]
-        formula += f"; per head: q, k ← {sym}(q), {sym}(k)"
+    per_layer = where.per_layer(n_layers, placement_spec(placement))
+    groups: list[tuple[list[int], str]] = []
+    for i, slots in enumerate(per_layer):
+        text = "; ".join(branch_formula(slots, symbol, f, alpha, where.dual_stream) for f in ("Attn", "FFN"))
+        if groups and groups[-1][1] == text:
+            groups[-1][0].append(i)
+        else:
+            groups.append(([i], text))
+    if len(groups) == 1:
+        formula = groups[0][1]
+    else:
+        formula = " | ".join(f"{_block_ranges(idx)}: {text}" for idx, text in groups)
+    if where.dual_stream:
+        formula += f"; head reads x + {symbol}(d)" if symbol else "; head reads x + d"
+    qk_symbol = norm_symbol(qk_norm) if qk_norm != "none" else ""
+    if qk_symbol:
+        formula += f"; per head: q, k ← {qk_symbol}(q), {qk_symbol}(k)"
     return formula

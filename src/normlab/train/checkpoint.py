@@ -34,7 +34,12 @@ FORMAT_KEY = "normlab_checkpoint"
 FORMAT_VERSION = 1
 MODEL_CONFIG_KEY = "model_config"
 # how the keys of the `model` group are called on the command line, where that differs
-KEY_NAMES = {"model.n_layers": "depth", "model.norm.name": "norm", "model.placement": "placement"}
+KEY_NAMES = {
+    "model.n_layers": "depth",
+    "model.norm.name": "norm",
+    "model.placement.name": "placement",
+    "model.placement.post_fraction": "placement.post_fraction",
+}
 
 
 def step_file(step: int) -> str:
@@ -167,6 +172,8 @@ def check_compatible(ckpt: Checkpoint, model_config: Mapping[str, Any]) -> None:
     saved = ckpt.state.get(MODEL_CONFIG_KEY)
     if saved is None:
         return  # older checkpoints: load_model_state then reports the tensors that do not fit
+    if isinstance(saved.get("placement"), str):  # saved before the model took the whole placement group
+        saved = {**saved, "placement": {"name": saved["placement"]}}
     diffs = model_differences(saved, model_config)
     if not diffs:
         return

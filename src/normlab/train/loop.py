@@ -18,6 +18,7 @@ from torch import nn
 from normlab.data.batches import sample_windows
 from normlab.distributed import SINGLE, Dist
 from normlab.metrics import names
+from normlab.metrics.ablation import layer_ablation_keys, losses_with_each_block_skipped
 from normlab.metrics.divergence import DivergenceConfig
 from normlab.metrics.grad_norms import GradNorms, clip_
 from normlab.metrics.instruments import InstrumentConfig, Instruments, StepProbe, wants_model_update
@@ -46,6 +47,8 @@ class LoopResult:
     reason: str | None = None  # why it diverged, one sentence
     train_losses: list[float] = field(default_factory=list)
     val_losses: dict[int, float] = field(default_factory=dict)
+    # an evaluation's other metrics by step (layer_ablation/layer_i with metrics.layer_ablation)
+    eval_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     tokens_per_s: list[float] = field(default_factory=list)
 
 
@@ -106,6 +109,7 @@ class Trainer:
         cancelled = model.norm_cancelled_parameters() if hasattr(model, "norm_cancelled_parameters") else []
         self.cancelled_grads = [(p, rows) for _, p, rows in cancelled]
         self.grad_norms = GradNorms(model, model.n_layers, per_layer=metrics.enabled)
+        self.layer_ablation = metrics.enabled and metrics.layer_ablation
         self.instruments = self._instruments(metrics) if metrics.enabled else None
         self.monitor = monitor if monitor is not None else Monitor(n_layers=model.n_layers)
 
@@ -124,17 +128,15 @@ class Trainer:
         **replace: Any,
     ) -> Trainer:
         """The Trainer a resolved run config describes: its train, optim, schedule, warmup_steps, seed,
-        metrics, spikes and divergence groups (and norm and placement, which metrics.model_update=auto
-        asks about). The monitor writes spike and divergence reports into `reports_dir` (None: none);
+        metrics, spikes and divergence groups (and placement, which metrics.model_update=auto asks
+        about). The monitor writes spike and divergence reports into `reports_dir` (None: none);
         `histograms` False skips the gradient histograms (only W&B shows them). `replace` swaps whole
         groups (`train=`, `metrics=`, `spikes=`, ...: a benchmark changes a few keys)."""
         group = {**cfg, **replace}
         metrics = InstrumentConfig.from_config(group["metrics"])
         metrics = dataclasses.replace(
             metrics,
-            model_update=wants_model_update(
-                metrics.model_update, group["norm"]["name"], group["placement"]["name"]
-            ),
+            model_update=wants_model_update(metrics.model_update, group["placement"], model.n_layers),
             histogram_every=metrics.histogram_every if histograms else 0,
         )
         monitor = Monitor(
@@ -252,20 +254,38 @@ class Trainer:
         return losses.objective(out, y, self.z_loss)
 
     @torch.no_grad()
-    def evaluate(self) -> float:
+    def evaluate(self) -> dict[str, float]:
         """Mean validation loss over eval_batches global batches, the same windows at every evaluation (under
-        torchrun each rank evaluates its slice, and the mean is all-reduced)."""
+        torchrun each rank evaluates its slice, and the mean is all-reduced): {val_loss: …}, and with
+        metrics.layer_ablation the same mean with each block skipped (layer_ablation/layer_i), from the
+        same batches in one host transfer."""
         self.model.eval()
         rng = torch.Generator().manual_seed(0)
         total = torch.zeros((), device=self.device)
+        skipped = torch.zeros(self.model.n_layers if self.layer_ablation else 0, device=self.device)
         trunk = self.model.features if self.fused_head else self.model
         for _ in range(self.cfg["eval_batches"]):
             x, y = self.batch(self.val_tokens, rng)
             with self.autocast():
-                total += self.objective(trunk(x), y)[1]
+                if self.layer_ablation:
+                    full, each = losses_with_each_block_skipped(self.model, x, self._loss_of(y))
+                    total += full
+                    skipped += each
+                else:
+                    total += self.objective(trunk(x), y)[1]
         self.model.train()
-        self.dist.average_([total])
-        return (total / self.cfg["eval_batches"]).item()
+        self.dist.average_([total, skipped])
+        means = (torch.cat([total.view(1), skipped]) / self.cfg["eval_batches"]).tolist()
+        return {
+            names.VAL_LOSS: means[0],
+            **dict(zip(layer_ablation_keys(len(means) - 1), means[1:], strict=True)),
+        }
+
+    def _loss_of(self, y: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The cross-entropy of `y` given what the LM head reads (the head applied here unless it is fused)."""
+        if self.fused_head:
+            return lambda h: self.objective(h, y)[1]
+        return lambda h: self.objective(self.model.head(h), y)[1]
 
     def evaluates_at(self, step: int) -> bool:
         """Evaluation before step `step`: every train.eval_every steps, at step 0 only with train.eval_at_start
@@ -317,7 +337,7 @@ class Trainer:
         while self.step < max_steps or (max_steps == 0 and not result.train_losses):
             step = self.step
             if self.evaluates_at(step):
-                result.val_losses[step] = self.evaluate()
+                self._record_evaluation(result, step)
             update = step < max_steps
             data_state = self.data_rng.get_state() if self.monitor.writes_reports else None
             probe = self.instruments.begin(step) if self.instruments else None
@@ -343,11 +363,24 @@ class Trainer:
             if done:
                 break
         if max_steps > 0:
-            val = result.val_losses[self.step] = self.evaluate()
-            row = {names.STEP: self.step, names.VAL_LOSS: val, names.VAL_PPL: math.exp(min(val, 700.0))}
+            val = self._record_evaluation(result, self.step)
+            row = {
+                names.STEP: self.step,
+                names.VAL_LOSS: val,
+                names.VAL_PPL: math.exp(min(val, 700.0)),
+                **result.eval_metrics.get(self.step, {}),
+            }
             for callback in callbacks:
                 callback.on_eval(row)
         return False
+
+    def _record_evaluation(self, result: LoopResult, step: int) -> float:
+        """Evaluate before step `step`, keep the results in `result`, return the validation loss."""
+        evaluation = self.evaluate()
+        val = result.val_losses[step] = evaluation.pop(names.VAL_LOSS)
+        if evaluation:
+            result.eval_metrics[step] = evaluation
+        return val
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -67,6 +67,7 @@ class PendingRows:
             if step in result.val_losses:
                 row[names.VAL_LOSS] = result.val_losses[step]
                 row[names.VAL_PPL] = math.exp(min(result.val_losses[step], 700.0))
+                row.update(result.eval_metrics.get(step, {}))
             where = partial(trainer.window_starts, data_state) if data_state is not None else None
             reason = trainer.monitor.observe(row, where)  # marks spike events in row
             for callback in self.callbacks:

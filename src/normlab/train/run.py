@@ -287,9 +287,7 @@ class Run:
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
         model = instantiate(cfg["model"]).to(device)
         n_layers = model.n_layers
-        formula = block_formula(
-            cfg["norm"]["name"], cfg["placement"]["name"], n_layers, cfg["model"]["qk_norm"]
-        )
+        formula = block_formula(cfg["norm"], cfg["placement"], n_layers, cfg["model"]["qk_norm"])
         z_loss = cfg["optim"]["z_loss"]
         log.info(
             "block: %s  (×%d blocks, %s parameters)%s",

@@ -18,6 +18,9 @@ from pathlib import Path
 from normlab.analysis.findings import (
     batchnorm,
     deepnet,
+    dyt,
+    lnscale,
+    mixln,
     periln,
     rmsnorm,
     takase,
@@ -45,6 +48,9 @@ MODULES = (
     wortsman_z_loss,
     takase,
     tied_embeddings,
+    dyt,
+    lnscale,
+    mixln,
 )
 FINDINGS: dict[str, Finding] = {m.FINDING.name: m.FINDING for m in MODULES}
 CORE = tuple(f.name for f in FINDINGS.values() if f.core)

@@ -34,7 +34,13 @@ from normlab.analysis.plots.curves import (
     plot_update_ratio,
 )
 from normlab.analysis.plots.grids import GridCell, grid_cells, plot_grid
-from normlab.analysis.plots.layers import plot_act_rms, plot_grad_heatmap, plot_grad_profile_init
+from normlab.analysis.plots.layers import (
+    layer_contributions,
+    plot_act_rms,
+    plot_grad_heatmap,
+    plot_grad_profile_init,
+    plot_layer_ablation,
+)
 from normlab.analysis.plots.style import DPI, NoData, ReportFigure, coinciding
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "ReportFigure",
     "coinciding",
     "grid_cells",
+    "layer_contributions",
     "log_y",
     "plot_act_rms",
     "plot_attn_max_logit",
@@ -53,6 +60,7 @@ __all__ = [
     "plot_grad_norm",
     "plot_grad_profile_init",
     "plot_grid",
+    "plot_layer_ablation",
     "plot_loss",
     "plot_model_update",
     "plot_update_ratio",
@@ -89,6 +97,12 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("update_ratio", "update_ratio.png", "Update ratio per layer", plot_update_ratio),
     FigureSpec(
         "model_update", "model_update.png", "Model update since initialisation", plot_model_update, ("logx",)
+    ),
+    FigureSpec(
+        "layer_ablation",
+        "layer_ablation.png",
+        "Layer importance: loss with each block skipped",
+        plot_layer_ablation,
     ),
 )
 

@@ -190,3 +190,50 @@ def plot_act_rms(rs: RunSet) -> Figure:
     fig.suptitle(f"Residual-stream RMS vs layer — {agg_note(rs)}")
     add_legend(fig, variant_handles(rs, variants) + coincide_handles(rs, coinciding(curves)))
     return fig
+
+
+def layer_contributions(rs: RunSet) -> dict[str, np.ndarray]:
+    """Each run's layer importance at its last evaluation with the probe (metrics.layer_ablation): the
+    validation loss with block i skipped minus the whole model's, one value per block, by run."""
+    cols = layer_columns(rs.metrics.columns, names.layer_ablation)
+    if not cols or names.VAL_LOSS not in rs.metrics.columns:
+        return {}
+    m = rs.metrics.dropna(subset=[names.VAL_LOSS, *cols.values()], how="any")
+    out = {}
+    for run, rows in m.sort_values(names.STEP).groupby("run"):
+        last = rows.iloc[-1]
+        out[run] = np.array([last[c] for c in cols.values()], dtype=float) - float(last[names.VAL_LOSS])
+    return out
+
+
+def plot_layer_ablation(rs: RunSet) -> Figure:
+    """Layer importance vs block index: how much the validation loss rises when block i is skipped (the
+    identity in its place), at each run's last evaluation; mean ± std over seeds."""
+    per_run = layer_contributions(rs)
+    variants = [v for v in rs.variants if any(r in per_run for r in runs_of(rs, v))]
+    if not variants:
+        raise NoData(
+            f"no layer-ablation losses ({metric_family(names.layer_ablation)}; metrics.layer_ablation=true)"
+        )
+    fig, axes = new_figure(1, 1, width=10.5, height=4.8)
+    ax = axes[0, 0]
+    styles = variant_styles(rs)
+    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for variant in variants:
+        arr = np.array([per_run[r] for r in runs_of(rs, variant) if r in per_run])
+        width = arr.shape[1]
+        layers = list(range(width))
+        mean = arr.mean(axis=0)
+        std = arr.std(axis=0, ddof=1) if len(arr) > 1 else np.full(width, np.nan)
+        style = styles[variant]
+        ax.plot(layers, mean, **{**style.line(width, ms=7), "markevery": None, "mfc": "none", "mew": 1.5})
+        if len(arr) > 1:
+            ax.fill_between(layers, mean - std, mean + std, color=style.color, alpha=BAND_ALPHA, lw=0)
+        curves[variant] = (np.array(layers, dtype=float), mean)
+    ax.axhline(0, color="0.4", lw=0.8)
+    ax.set_xlabel(LAYER_LABEL)
+    ax.set_ylabel("val loss with the block skipped − val loss (nats)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"Layer importance at the last evaluation — {agg_note(rs)}", fontsize=11)
+    add_legend(fig, variant_handles(rs, variants) + coincide_handles(rs, coinciding(curves)))
+    return fig

@@ -183,7 +183,7 @@ def same_network_reason(rs: RunSet, group: Sequence[str]) -> str:
     """Why identical curves are expected, where the harness knows: norm=none in every slot of every placement."""
     runs = rs.valid[rs.valid["variant"].isin(group)]
     if not runs.empty and (runs["norm"] == "none").all():
-        return " (norm=none: no norm in any slot, so every placement is the same network)"
+        return " (norm=none: no norm in any slot, so these placements are the same network)"
     return ""
 
 
