@@ -73,7 +73,6 @@ def _lnscale(index: int, depth: int, spec: Mapping[str, Any]) -> Slots:
     return replace(PRE, input_scale=1.0 / math.sqrt(index + 1))  # l = index + 1: the first block is l = 1
 
 
-
 PLACEMENTS: dict[str, Placement] = {
     "pre": Placement(PRE, final_norm=True),
     "post": Placement(POST, final_norm=False),

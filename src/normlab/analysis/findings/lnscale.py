@@ -38,31 +38,9 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.findings._depth import CONTRIBUTION_MARGIN, GROWTH_MARGIN, depth_profile, halves
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_act_rms, plot_layer_ablation
-from normlab.analysis.verdicts import (
-    NOT_REPRODUCED,
-    REPRODUCED,
-    Check,
-    Estimate,
-    Outcome,
-    check,
-    difference,
-    estimate,
-    undecided,
-)
+from normlab.analysis.verdicts import Outcome, Precondition, check, difference, estimate
 
 PLACEMENTS = {"pre": "Pre-LN", "lnscale": "LayerNorm Scaling"}
-
-
-def premise_and_claim(
-    premise: Check, claim_name: str, statistic: str, est: Estimate, margin: float, unit: str, consequence: str
-) -> tuple[Check, str | None]:
-    """The claim's check, decided only when its premise was reproduced; else undecided, and the failed
-    precondition as a sentence ("… so there was no growth for LayerNorm Scaling to curb")."""
-    if premise.verdict == REPRODUCED:
-        return check(claim_name, statistic, est, margin=margin, unit=unit), None
-    how = "shown not to hold" if premise.verdict == NOT_REPRODUCED else "not established"
-    sentence = f"Precondition not met: “{premise.name}” was {how} here, so {consequence}."
-    return undecided(claim_name, statistic, est, sentence, unit=unit, margin=margin), sentence
 
 
 def evaluate(rs: RunSet, extras: Extras) -> Outcome:
@@ -76,14 +54,11 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         estimate(pre["growth_end"]),
         margin=GROWTH_MARGIN,
     )
-    curbs, no_growth = premise_and_claim(
-        grows,
+    curbs = check(
         "LayerNorm Scaling curbs that growth",
         "the same log ratio, Pre-LN − LayerNorm Scaling (Welch)",
         difference(pre["growth_end"], lns["growth_end"]),
-        GROWTH_MARGIN,
-        "",
-        "there was no growth for LayerNorm Scaling to curb",
+        margin=GROWTH_MARGIN,
     )
     cursed = check(
         "Under Pre-LN the deeper blocks contribute less than the shallower ones (the curse of depth)",
@@ -92,15 +67,13 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         margin=CONTRIBUTION_MARGIN,
         unit="nats",
     )
-    raises, no_curse = premise_and_claim(
-        cursed,
+    raises = check(
         "LayerNorm Scaling's deeper blocks contribute more than Pre-LN's",
         f"mean loss rise when one of blocks {depth // 2}–{depth - 1} is skipped: LayerNorm Scaling − Pre-LN "
         "(Welch)",
         difference(lns["deep"], pre["deep"]),
-        CONTRIBUTION_MARGIN,
-        "nats",
-        "there was no curse of depth for LayerNorm Scaling to lift",
+        margin=CONTRIBUTION_MARGIN,
+        unit="nats",
     )
     table = []
     for pl, label in PLACEMENTS.items():
@@ -130,9 +103,11 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     ]
     if (base := baseline_note(rs)) is not None:
         notes.append(base)
-    preconditions = [p for p in (no_growth, no_curse) if p]
+    # "X curbs Y" needs Y without X: the growth, and the curse of depth, under Pre-LN
+    remedy = "A deeper stack or a longer run grows Pre-LN's stream (Sun et al. §3)."
+    preconditions = [Precondition.shown_by(grows, remedy), Precondition.shown_by(cursed, remedy)]
     return Outcome.of(
-        [grows, curbs, cursed, raises],
+        [curbs, raises],
         table=table,
         notes=notes,
         preconditions=preconditions,
