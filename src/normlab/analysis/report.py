@@ -277,7 +277,9 @@ def _markdown(
             'fixed ("with"); Δ = difference of the mean final val loss in nats/token (lower is better). '
             "95 % CI: Student's t with Welch–Satterthwaite degrees of freedom over the runs' final val "
             'losses; n = runs with a final val loss on each side. "Worse"/"better" only where the '
-            "interval excludes 0. Intervals are per row, not adjusted for the number of rows.",
+            "interval excludes 0. Untested: no noise estimate (one run on a side, or no spread between "
+            "the runs), so only the signed Δ is given. Intervals are per row, not adjusted for the number "
+            "of rows.",
             "",
         ]
 
