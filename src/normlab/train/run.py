@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -62,6 +63,23 @@ __all__ = ["LOCK_FILE", "METRICS_FILE", "SAMPLE_FILE", "SUMMARY_FILE", "Run", "p
 
 def default_resume_command(run_dir: Path, resume: str | None) -> str:
     return f"python train.py ... train.resume={resume}" if resume else "python train.py ..."
+
+
+def device_label(device: torch.device) -> str:
+    """'cpu (2 cores, 1 torch thread)' or the CUDA device's name: what a run's tokens/s was measured on."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = torch.get_num_threads()
+    return f"{device.type} ({cores} cores, {threads} torch thread{'s' if threads != 1 else ''})"
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average, None where the OS has none (Windows)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def pick_device(requested: str) -> torch.device:
@@ -113,7 +131,9 @@ class Run:
     # ------------------------------------------------------------------------------------------------
 
     def write_summary(self, **fields: Any) -> RunSummary:
-        self.summary.update(**fields, wall_time_s=round(time.time() - self.started, 3))
+        self.summary.update(
+            **fields, started_at=round(self.started, 3), wall_time_s=round(time.time() - self.started, 3)
+        )
         if self.dist.is_main:
             self.summary.write(self.run_dir)
         return self.summary
@@ -267,6 +287,7 @@ class Run:
         device = self.dist.device(pick_device(tcfg["device"]))
         if device.type == "cuda":  # TF32 tensor cores for float32 matmuls (train.peak_flops counts them)
             torch.set_float32_matmul_precision("high")
+        self.summary.update(device=device_label(device))
         corpus = load_corpus(cfg["data"], progress=self._progress_enabled())
         if corpus.vocab_size > cfg["model"]["vocab_size"]:
             raise InvalidConfig(
@@ -382,6 +403,7 @@ class Run:
             **trainer.monitor.summary(),
         )
         fields["mfu"] = flops.mfu(fields["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops)
+        fields["load_avg"] = load_average()
         if result.status == "interrupted":
             name = self.stop.signal_name or "a signal"
             fields.update(
