@@ -254,7 +254,7 @@ def test_big_vocabulary_is_stored_as_uint32(layout_dir, tmp_path: Path) -> None:
 
 
 def test_offline_without_a_local_copy_is_one_sentence(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog
 ) -> None:
     import datasets.config
     import huggingface_hub.constants
@@ -263,12 +263,16 @@ def test_offline_without_a_local_copy_is_one_sentence(
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub"))
     monkeypatch.setattr(hub_mod, "hub_reachable", lambda timeout=3.0: False)
-    for version in ("v1", "v2"):
-        with pytest.raises(UserError) as err:
+    for version in ("v1", "v2", None):
+        caplog.clear()
+        with caplog.at_level("INFO"), pytest.raises(UserError) as err:
             load_corpus(ts_cfg(None, tmp_path / "cache", version=version), progress=False)
         msg = str(err.value)
         assert "data.path=" in msg and "data=synthetic" in msg
         assert msg.endswith(".") and msg.count(". ") == 0 and "\n" not in msg
+        # nothing claimed to be building what cannot be had, and nothing left behind
+        assert not any("building" in r.getMessage() for r in caplog.records), caplog.text
+        assert not (tmp_path / "cache").exists()
 
 
 def test_hub_probe_respects_offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
