@@ -41,7 +41,7 @@ from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.model import block_formula
-from normlab.train import checkpoint, flops, outcome
+from normlab.train import checkpoint, flops, outcome, step_time
 from normlab.train.callbacks import Callback, Checkpoints, ProgressBar
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import LoopResult, Trainer
@@ -288,6 +288,10 @@ class Run:
         if device.type == "cuda":  # TF32 tensor cores for float32 matmuls (train.peak_flops counts them)
             torch.set_float32_matmul_precision("high")
         self.summary.update(device=device_label(device))
+        model = instantiate(cfg["model"]).to(device)  # before the data: a CPU user hears the step time first
+        if device.type == "cpu" and self.dist.is_main:
+            for line in step_time.cpu_lines(model, cfg):
+                log.info(line)
         corpus = load_corpus(cfg["data"], progress=self._progress_enabled())
         if corpus.vocab_size > cfg["model"]["vocab_size"]:
             raise InvalidConfig(
@@ -296,7 +300,6 @@ class Run:
                 "model.vocab_size",
             )
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
-        model = instantiate(cfg["model"]).to(device)
         n_layers = model.n_layers
         formula = block_formula(
             cfg["norm"]["name"], cfg["placement"]["name"], n_layers, cfg["model"]["qk_norm"]

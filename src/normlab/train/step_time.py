@@ -1,0 +1,122 @@
+"""How long a training step will take on a CPU, said before anything slow happens.
+
+    step time ≈ grad_accum × (overhead + batch_size × time per sequence)
+
+both measured just now on a copy of the model: forward + backward on SMALL_BATCH and on LARGE_BATCH
+sequences of random tokens (the fastest of REPEATS timings each, after one untimed pass), with the run's
+thread count and whatever else loads the machine at that moment. The difference gives the time per
+sequence, the rest is the per-call overhead (Python, dispatch) that dominates tiny models; the log reports
+the time per sequence as a FLOP rate (`flops.flops_per_token`, 6·N + 12·L·T·d, over it). A step also runs
+the optimizer, gradient clipping and, every `metrics.every` steps, the instruments, which this leaves out;
+the README ("Quick start") compares the estimate with measured step times.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.configs import group_defaults
+from normlab.train import flops
+
+SMALL_BATCH, LARGE_BATCH = 1, 4  # sequences in the two timed forward + backward passes
+REPEATS = 2  # timings of each; the fastest counts (another process can only slow one down)
+SLOW_STEP_S = 1.0  # above this, a CPU user is pointed at model=tiny
+TINY = "tiny"  # the preset meant for CPUs (configs/model/tiny.yaml)
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    seconds: float  # expected seconds per optimizer step
+    flops_per_step: float
+    flops_per_s: float  # the model's FLOPs per sequence over the measured time per sequence
+
+
+def pass_seconds(model: nn.Module, vocab_size: int, seq_len: int, batches: Sequence[int]) -> dict[int, float]:
+    """Seconds of one forward + backward on each batch size of random sequences, the fastest of REPEATS,
+    on a copy of `model` (the model, its gradients and the global RNG are left untouched)."""
+    probe = copy.deepcopy(model).train()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, vocab_size, (max(batches), seq_len + 1), generator=gen)
+
+    def once(n: int) -> float:
+        start = time.perf_counter()
+        logits = probe(x[:n, :-1])
+        F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), x[:n, 1:].reshape(-1)).backward()
+        probe.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    with torch.random.fork_rng(devices=[]):
+        once(max(batches))  # first call: allocations, lazy initialisation
+        return {n: min(once(n) for _ in range(REPEATS)) for n in batches}
+
+
+def estimate(model: nn.Module, model_cfg: dict[str, Any], train_cfg: dict[str, Any]) -> StepEstimate:
+    """The expected seconds per optimizer step of `model` with these model and train settings."""
+    seq_len = int(train_cfg["seq_len"])
+    per_token = flops.flops_per_token(
+        flops.matmul_params(model), int(model_cfg["n_layers"]), seq_len, int(model_cfg["d_model"])
+    )
+    t = pass_seconds(model, int(model_cfg["vocab_size"]), seq_len, (SMALL_BATCH, LARGE_BATCH))
+    per_seq = max(
+        (t[LARGE_BATCH] - t[SMALL_BATCH]) / (LARGE_BATCH - SMALL_BATCH), t[LARGE_BATCH] / LARGE_BATCH / 4
+    )
+    overhead = max(t[SMALL_BATCH] - SMALL_BATCH * per_seq, 0.0)
+    batch, accum = int(train_cfg["batch_size"]), int(train_cfg["grad_accum"])
+    seconds = accum * (overhead + batch * per_seq)
+    return StepEstimate(seconds, per_token * seq_len * batch * accum, per_token * seq_len / per_seq)
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def tiny_settings(
+    model_cfg: dict[str, Any], train_cfg: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's model and train settings with the tiny preset's size (configs/model/tiny.yaml) instead:
+    its width, heads and context, and a sequence length that fits that context."""
+    tiny = {k: v for k, v in group_defaults("model", TINY).items() if k != "defaults"}
+    context = int(tiny["context_length"])
+    seq_len = int(train_cfg["seq_len"])
+    same = seq_len == int(model_cfg["context_length"])  # train.seq_len follows model.context_length
+    return {**model_cfg, **tiny}, {**train_cfg, "seq_len": context if same else min(seq_len, context)}
+
+
+def cpu_lines(model: nn.Module, cfg: dict[str, Any]) -> list[str]:
+    """What to tell a CPU user first: the expected step time of their model and, when it is over
+    SLOW_STEP_S, the tiny preset's, measured the same way (the global RNG left as it was)."""
+    mcfg = cfg["model"]
+    est = estimate(model, mcfg, cfg["train"])
+    max_steps = int(cfg["train"]["max_steps"])
+    size = f"d_model {mcfg['d_model']} × {mcfg['n_layers']} blocks, context {cfg['train']['seq_len']}"
+    lines = [
+        f"expected step time on this CPU: about {est.seconds:.2f} s ({size}: {est.flops_per_step / 1e9:.2f} "
+        f"GFLOP per step at {est.flops_per_s / 1e9:.1f} GFLOP/s, timed just now on {SMALL_BATCH} and "
+        f"{LARGE_BATCH} sequences), so {max_steps} steps take about {fmt_duration(est.seconds * max_steps)}"
+    ]
+    tiny_model_cfg, tiny_train_cfg = tiny_settings(mcfg, cfg["train"])
+    is_tiny = all(tiny_model_cfg[k] == mcfg[k] for k in ("d_model", "context_length", "n_heads"))
+    if est.seconds > SLOW_STEP_S and not is_tiny:
+        from hydra.utils import instantiate
+
+        with torch.random.fork_rng(devices=[]):
+            tiny_model = instantiate(tiny_model_cfg)
+        tiny = estimate(tiny_model, tiny_model_cfg, tiny_train_cfg)
+        lines.append(
+            f"that is slow for a CPU: model=tiny (d_model {tiny_model_cfg['d_model']}, context "
+            f"{tiny_model_cfg['context_length']}) is meant for one — about {tiny.seconds:.2f} s a step here, "
+            f"{max_steps} steps in {fmt_duration(tiny.seconds * max_steps)}: add model=tiny, or use a GPU"
+        )
+    return lines
