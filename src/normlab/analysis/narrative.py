@@ -80,20 +80,6 @@ def untested_note(d: Difference) -> str:
     return f"untested: n = {d.n_a} vs {d.n_b}, {why}"
 
 
-def describe(d: Difference, subject: str, reference: str, digits: int = 3) -> str:
-    """One comparison in words, by its `reading`: 'post ends 0.200 nats worse than pre (95 % CI +0.120 to
-    +0.280, n = 3 vs 3)', 'post − pre: +0.200 nats (untested: n = 1 vs 1, no noise estimate)', …"""
-    r = reading(d)
-    if r == IDENTICAL:
-        return f"{subject} and {reference} end identical ({METRIC_TEXT} equal in every run)"
-    if r in (WORSE, BETTER):
-        return f"{subject} ends {_size_direction(d, digits)} than {reference} ({fmt_ci(d, digits)})"
-    signed = f"{subject} − {reference}: {fmt_signed(d.diff, digits)} {UNIT}"
-    if r == UNTESTED:
-        return f"{signed} ({untested_note(d)})"
-    return f"{subject} and {reference} show no clear difference ({fmt_signed(d.diff, digits)} {UNIT}, {fmt_ci(d, digits)})"
-
-
 def _size_direction(d: Difference, digits: int = 3) -> str:
     """'0.200 nats worse' (lower loss is better): only for a resolved difference."""
     return f"{abs(d.diff):.{digits}f} {UNIT} {reading(d)}"
