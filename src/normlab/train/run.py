@@ -289,7 +289,8 @@ class Run:
             torch.set_float32_matmul_precision("high")
         self.summary.update(device=device_label(device))
         model = instantiate(cfg["model"]).to(device)  # before the data: a CPU user hears the step time first
-        if device.type == "cpu" and self.dist.is_main:
+        # one process only: under torchrun a forward on one rank would leave norm.sync's all-reduce unmatched
+        if device.type == "cpu" and self.dist.world_size == 1:
             for line in step_time.cpu_lines(model, cfg):
                 log.info(line)
         corpus = load_corpus(cfg["data"], progress=self._progress_enabled())
