@@ -19,10 +19,11 @@ def plain(cfg) -> dict:
 def test_estimate_is_overhead_plus_time_per_sequence(make_cfg, monkeypatch):
     cfg = plain(make_cfg("train.batch_size=32", "train.grad_accum=2"))
     model = instantiate(cfg["model"])
-    # 1 sequence: 0.3 s, 4 sequences: 0.6 s → 0.1 s a sequence and 0.2 s of overhead per call
-    monkeypatch.setattr(step_time, "pass_seconds", lambda *a, **k: {1: 0.3, 4: 0.6})
-    est = step_time.estimate(model, cfg["model"], cfg["train"])
-    assert est.seconds == pytest.approx(2 * (0.2 + 32 * 0.1))
+    # 1 sequence: 0.3 s, 8 sequences: 1.0 s → 0.1 s a sequence and 0.2 s of overhead per call
+    # and one optimizer step: 0.05 s
+    monkeypatch.setattr(step_time, "measure", lambda *a, **k: step_time.Timings({1: 0.3, 8: 1.0}, 0.05))
+    est = step_time.estimate(model, cfg["model"], cfg["train"], cfg["optim"])
+    assert est.seconds == pytest.approx(2 * (0.2 + 32 * 0.1) + 0.05)
     seq = cfg["train"]["seq_len"]
     per_token = flops.flops_per_token(flops.matmul_params(model), 2, seq, cfg["model"]["d_model"])
     assert est.flops_per_step == pytest.approx(per_token * seq * 64)
@@ -34,22 +35,24 @@ def test_measuring_leaves_the_model_and_the_rng_alone(make_cfg):
     model = instantiate(cfg["model"])
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
-    times = step_time.pass_seconds(model, cfg["model"]["vocab_size"], cfg["train"]["seq_len"], (1, 4))
-    assert times[1] > 0 and times[4] > 0
+    timings = step_time.measure(
+        model, cfg["model"]["vocab_size"], cfg["train"]["seq_len"], (1, 4), cfg["optim"]
+    )
+    assert timings.passes[1] > 0 and timings.passes[4] > 0 and timings.optimizer > 0
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
 
 
 @pytest.mark.parametrize(
-    ("seconds", "points_at_tiny"), [({1: 0.02, 4: 0.05}, False), ({1: 0.2, 4: 0.5}, True)]
+    ("seconds", "points_at_tiny"), [({1: 0.02, 8: 0.09}, False), ({1: 0.2, 8: 0.9}, True)]
 )
 def test_a_slow_step_points_at_model_tiny(make_cfg, monkeypatch, seconds, points_at_tiny):
     cfg = plain(make_cfg("model=small", "train.batch_size=32", "train.max_steps=600"))
-    monkeypatch.setattr(step_time, "pass_seconds", lambda *a, **k: seconds)
+    monkeypatch.setattr(step_time, "measure", lambda *a, **k: step_time.Timings(seconds, 0.01))
     lines = step_time.cpu_lines(instantiate(cfg["model"]), cfg)
-    per_seq = (seconds[4] - seconds[1]) / 3
-    expected = 32 * per_seq + seconds[1] - per_seq
+    per_seq = (seconds[8] - seconds[1]) / 7
+    expected = 32 * per_seq + seconds[1] - per_seq + 0.01
     assert lines[0].startswith(
         f"expected step time on this CPU: about {expected:.2f} s (d_model 128 × 2 blocks"
     )
@@ -59,7 +62,7 @@ def test_a_slow_step_points_at_model_tiny(make_cfg, monkeypatch, seconds, points
 
 def test_the_tiny_preset_is_not_pointed_at_itself(make_cfg, monkeypatch):
     cfg = plain(make_cfg("model=tiny"))
-    monkeypatch.setattr(step_time, "pass_seconds", lambda *a, **k: {1: 1.0, 4: 4.0})
+    monkeypatch.setattr(step_time, "measure", lambda *a, **k: step_time.Timings({1: 1.0, 8: 8.0}, 0.0))
     lines = step_time.cpu_lines(instantiate(cfg["model"]), cfg)
     assert len(lines) == 1 and "model=tiny" not in lines[0]
 
