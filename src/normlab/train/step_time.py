@@ -3,8 +3,8 @@
     step time ≈ grad_accum × (overhead + batch_size × time per sequence) + one optimizer step
 
 all measured just now on a copy of the model: forward + backward on SMALL_BATCH and on LARGE_BATCH
-sequences of random tokens and a step of the run's optimizer (the fastest of several timings each, after
-one untimed pass), with the run's thread count and whatever else loads the machine at that moment. The
+sequences of random tokens and a step of the run's optimizer (the fastest of several interleaved timings
+each, after one untimed pass), with the run's thread count and whatever else loads the machine at that moment. The
 difference of the two passes gives the time per sequence, the rest is the per-call overhead (Python,
 dispatch) that dominates tiny models; the log reports the time per sequence as a FLOP rate
 (`flops.flops_per_token`, 6·N + 12·L·T·d, over it). Gradient clipping and, every `metrics.every` steps,
@@ -14,6 +14,7 @@ the instruments are left out; the README ("Usage") compares the estimate with me
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,9 +28,11 @@ from normlab.configs import group_defaults
 from normlab.train import flops
 from normlab.train.optim import build_optimizer
 
+log = logging.getLogger(__name__)
+
 SMALL_BATCH, LARGE_BATCH = 1, 8  # sequences in the two timed forward + backward passes
-REPEATS = 2  # timings of each at least; the fastest counts (another process can only slow one down)
-BUDGET_S = 0.5  # short timings are repeated until about this much time is spent on each (at most 25)
+ROUNDS, MAX_ROUNDS = 2, 10  # rounds of timings (each pass and the optimizer step once per round)
+BUDGET_S = 1.0  # ... repeated until this much time is spent; the fastest of each counts
 SLOW_STEP_S = 1.0  # above this, a CPU user is pointed at model=tiny
 TINY = "tiny"  # the preset meant for CPUs (configs/model/tiny.yaml)
 
@@ -55,8 +58,10 @@ def measure(
     optim_cfg: dict[str, Any] | None = None,
 ) -> Timings:
     """Seconds of one forward + backward on each batch size of random sequences, and of one step of the
-    run's optimizer (`build_optimizer`), the fastest of REPEATS each, on a copy of `model` (the model, its
-    gradients and the global RNG are left untouched)."""
+    run's optimizer (`build_optimizer`), on a copy of `model` (the model, its gradients and the global RNG
+    are left untouched). Timed in rounds — every pass and the optimizer step once per round — for at least
+    ROUNDS rounds and until BUDGET_S is spent (at most MAX_ROUNDS); each one's fastest time counts: a busy
+    machine stalls a process now and then, and interleaving keeps one stall from deciding any of them."""
     probe = copy.deepcopy(model).train()
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, vocab_size, (max(batches), seq_len + 1), generator=gen)
@@ -66,32 +71,27 @@ def measure(
         fn()
         return time.perf_counter() - start
 
-    def fastest(fn: Callable[[], float]) -> float:
-        """The fastest of REPEATS or more timings: as many as fit in BUDGET_S (a busy machine preempts
-        a few-millisecond pass often; the fastest one is the undisturbed cost)."""
-        times = [fn()]
-        while len(times) < REPEATS or (sum(times) < BUDGET_S and len(times) < 25):
-            times.append(fn())
-        return min(times)
-
-    def once(n: int) -> None:
+    def forward_backward(n: int) -> None:
+        probe.zero_grad(set_to_none=True)
         logits = probe(x[:n, :-1])
         F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), x[:n, 1:].reshape(-1)).backward()
 
     with torch.random.fork_rng(devices=[]):
-        once(max(batches))  # first call: allocations, lazy initialisation
-        optimizer = 0.0
-        if optim_cfg is not None:
-            opt = build_optimizer(probe, optim_cfg, torch.device("cpu"))
+        forward_backward(max(batches))  # first call: allocations, lazy initialisation
+        opt = build_optimizer(probe, optim_cfg, torch.device("cpu")) if optim_cfg is not None else None
+        if opt is not None:
             opt.step()  # the first step allocates the optimizer's state
-            optimizer = fastest(lambda: timed(opt.step))
-
-        def pass_of(n: int) -> float:
-            probe.zero_grad(set_to_none=True)
-            return timed(lambda: once(n))
-
-        passes = {n: fastest(lambda n=n: pass_of(n)) for n in batches}
-    return Timings(passes, optimizer)
+        passes: dict[int, list[float]] = {n: [] for n in batches}
+        steps: list[float] = []
+        start = time.perf_counter()
+        rounds = 0
+        while rounds < ROUNDS or (time.perf_counter() - start < BUDGET_S and rounds < MAX_ROUNDS):
+            for n in batches:
+                passes[n].append(timed(lambda n=n: forward_backward(n)))
+            if opt is not None:
+                steps.append(timed(opt.step))
+            rounds += 1
+    return Timings({n: min(t) for n, t in passes.items()}, min(steps) if steps else 0.0)
 
 
 def estimate(
@@ -106,6 +106,7 @@ def estimate(
         flops.matmul_params(model), int(model_cfg["n_layers"]), seq_len, int(model_cfg["d_model"])
     )
     m = measure(model, int(model_cfg["vocab_size"]), seq_len, (SMALL_BATCH, LARGE_BATCH), optim_cfg)
+    log.debug("forward + backward by sequences %s s, optimizer step %.4f s", m.passes, m.optimizer)
     t = m.passes
     per_seq = max(
         (t[LARGE_BATCH] - t[SMALL_BATCH]) / (LARGE_BATCH - SMALL_BATCH), t[LARGE_BATCH] / LARGE_BATCH / 4
