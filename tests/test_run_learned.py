@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 
 import pytest
+import torch
 
 from normlab.data import load_corpus
 from normlab.data.unigram import LEARNED_MARGIN, unigram_cross_entropy
@@ -23,8 +26,16 @@ def test_summary_has_the_baseline_and_whether_the_run_learned(make_cfg, tmp_path
     assert json.loads((tmp_path / "short" / "summary.json").read_text())["learned"] is False  # 3 steps
     assert summary["best_val_loss"] > (1 - LEARNED_MARGIN) * expected
     assert summary["spike_watch_start"] == 15
-    for key in ("baseline_unigram_loss", "learned", "spike_watch_start"):
+    for key in ("baseline_unigram_loss", "learned", "spike_watch_start", "started_at", "load_avg", "device"):
         assert key in names.SUMMARY_FIELDS
+    # the context of its tokens/s: when it ran (with wall_time_s), the load, the device
+    assert abs(summary["started_at"] - (time.time() - summary["wall_time_s"])) < 120
+    assert summary["load_avg"] == pytest.approx(os.getloadavg()[0], abs=8)
+    assert summary[
+        "device"
+    ] == f"cpu ({len(os.sched_getaffinity(0))} cores, {torch.get_num_threads()} torch thread" + (
+        "s)" if torch.get_num_threads() != 1 else ")"
+    )
 
     trained = Run(
         make_cfg("train.max_steps=120", "optim.lr=3e-3", "warmup_steps=10", "train.sample_tokens=0"),

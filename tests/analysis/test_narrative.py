@@ -17,6 +17,7 @@ from normlab.analysis.narrative import (
     contrast_rows,
     contrast_sentences,
     contrasts,
+    report_sentences,
     summary_sentences,
     warnings,
 )
@@ -93,7 +94,12 @@ def test_one_run_per_variant_warns_and_gives_no_interval(fab, tmp_path):
     assert warning.startswith("Every variant has a single run (n = 1)")
     (sentence,) = contrast_sentences(contrasts(rs), rs)
     assert sentence == (
-        "**placement** — post vs pre: 0.200 nats worse (one run on each side: no confidence intervals)."
+        "**placement** — post − pre: +0.200 nats (untested: one run on each side, no noise estimate)."
+    )
+    (first,) = summary_sentences(rs)
+    assert first == (
+        "Lowest final validation loss: **pre**, 2.500 nats/token (n = 1); the next, post: +0.200 nats "
+        "(untested: n = 1 vs 1, no noise estimate)."
     )
     assert contrast_rows(contrasts(rs), rs)[0][4:] == ["–", "1 vs 1", "untested (n = 1)"]
     report = write_report(rs, tmp_path / "r", figures=["loss"]).path.read_text()
@@ -173,3 +179,89 @@ def test_html_report_is_one_self_contained_file(sweep, tmp_path):
     # the same text as report.md: its sentences and tables
     assert "<h2>Effects</h2>" in page and "<table>" in page
     assert re.search(r"<td>ln, pre</td>\s*<td>2</td>", page)
+
+
+DIRECTION = re.compile(r"\b(worse|better|higher|lower|above|below|ahead|behind)\b")
+
+
+def agreement_sweep(fab, root):
+    """norm (ln, rms, none, bn) × placement (pre, post) with crafted final val losses: every reading
+    appears — resolved (ln-post vs ln-pre), within noise (rms), one run (none), no spread (bn), identical
+    (none: post equals pre)."""
+    values = {
+        ("ln", "pre"): [2.50, 2.52, 2.48],
+        ("ln", "post"): [2.70, 2.73, 2.69],  # worse than ln-pre, clearly
+        ("rms", "pre"): [2.53, 2.47, 2.55],  # rms − ln: within noise
+        ("rms", "post"): [2.66, 2.80, 2.71],
+        ("none", "pre"): [4.10],  # n = 1
+        ("none", "post"): [4.10],  # identical to none-pre
+        ("bn", "pre"): [3.00, 3.00],  # no spread at all: bn-post − bn-pre has no noise estimate
+        ("bn", "post"): [3.20, 3.20],
+    }
+    specs = [
+        fab.spec(norm, placement, seed, final_val=v, best_val=v, final_train=v)
+        for (norm, placement), vs in values.items()
+        for seed, v in enumerate(vs)
+    ]
+    return load_runs(fab.write_sweep(root, specs))
+
+
+def test_sentences_and_tables_agree_and_never_overstate(fab, tmp_path):
+    rs = agreement_sweep(fab, tmp_path / "s")
+    cs = contrasts(rs)
+    readings = {}
+    for c in cs:  # each comparison on its own: the sentence says what its table row reads, no more
+        (sentence,) = contrast_sentences([c], rs)
+        (row,) = contrast_rows([c], rs)
+        d, text = c.difference, row[-1]
+        readings[(c.key, c.level, tuple(c.within.values()))] = text
+        if text in ("worse", "better"):
+            assert d.low is not None and (d.low > 0 or d.high < 0)  # the interval excludes 0
+            assert f"nats {text} " in sentence and DIRECTION.findall(sentence) == [text], sentence
+        else:
+            assert not DIRECTION.search(sentence), sentence
+        if text.startswith("untested"):
+            assert "untested" in sentence and f"{d.diff:+.3f}".replace("-", "−") in sentence
+            assert row[4] == "–"  # no interval in the table either
+        if text == "no clear difference":
+            assert d.low < 0 < d.high and sentence.count("no clear difference") == 1
+        if text == "identical":
+            assert "identical" in sentence
+    assert readings[("placement.name", "post", ("ln",))] == "worse"
+    assert readings[("norm.name", "rms", ("pre",))] == "no clear difference"
+    assert readings[("norm.name", "none", ("pre",))] == "untested (n = 1)"
+    assert readings[("placement.name", "post", ("none",))] == "identical"
+    assert readings[("norm.name", "bn", ("pre",))] == "worse"  # ln's spread is a noise estimate (Welch)
+    assert readings[("placement.name", "post", ("bn",))] == "untested (no spread)"
+    # the whole report: its Effects sentences say "worse" / "better" exactly as often as its table rows do
+    report = write_report(rs, tmp_path / "r", figures=["loss"]).path.read_text()
+    effects = report.split("## Effects")[1].split("## Figures")[0]
+    prose, table = effects.split("| key |")[0], effects.split("| key |")[1].split("\n\n")[0]
+    table_readings = [line.split("|")[-2].strip() for line in table.splitlines()[2:]]
+    assert table_readings.count("worse") >= 2 and table_readings.count("no clear difference") == 2
+    for word in ("worse", "better", "no clear difference"):
+        assert len(re.findall(rf"\b{word}\b", prose)) == table_readings.count(word), word
+    assert "untested: n = 1 vs 3, no noise estimate" in prose  # none − ln with placement=pre
+    # the summary: ln-pre lowest, rms-pre next within noise, none highest with one run: no direction
+    summary = " ".join(summary_sentences(rs))
+    assert "within noise" in summary and "untested: n = 1 vs 3" in summary
+    assert not DIRECTION.search(summary.replace("clearly above the best", "")), summary
+
+
+def test_single_runs_state_no_direction_anywhere(fab, tmp_path):
+    """The demo's shape: ln / rms / none × pre / post, one seed each."""
+    values = {("ln", "pre"): 3.105, ("ln", "post"): 3.244, ("rms", "pre"): 3.114, ("rms", "post"): 3.274}
+    values |= {("none", "pre"): 4.880, ("none", "post"): 4.880}
+    specs = [fab.spec(n, p, 0, final_val=v, best_val=v, final_train=v) for (n, p), v in values.items()]
+    rs = load_runs(fab.write_sweep(tmp_path / "s", specs))
+    said = report_sentences(rs)
+    for sentence in said["summary"] + said["effects"]:
+        assert not DIRECTION.search(sentence), sentence
+    rows = contrast_rows(contrasts(rs), rs)
+    assert {r[-1] for r in rows} == {"untested (n = 1)", "identical"}
+    norm, placement = said["effects"]
+    assert norm.startswith(
+        "**norm** — rms − ln: +0.009 nats with placement=pre, +0.030 nats with placement=post;"
+    )
+    assert norm.endswith("(untested: one run on each side, no noise estimate).")
+    assert "identical with norm=none" in placement

@@ -148,3 +148,51 @@ def test_figures_show_in_notebooks_without_pyplot(sweep):
     assert repr(rs).startswith(
         "<RunSet: 5 runs (3 completed, 1 diverged, 1 invalid) in 3 variant(s) grouped by norm"
     )
+
+
+def test_throughput_carries_its_context(fab, tmp_path):
+    """Two runs trained at once, a third after them: the report says so, with the load and the device,
+    and never as a speed comparison; runs that predate these fields say the context is not recorded."""
+    t0 = 1_800_000_000.0
+    when = {
+        ("pre", 0): (t0, 100.0, 3.9),
+        ("post", 0): (t0 + 10, 100.0, 4.2),
+        ("pre", 1): (t0 + 200, 50.0, 1.1),
+    }
+    specs = [
+        fab.spec(
+            "ln",
+            p,
+            seed,
+            final_val=3.0,
+            best_val=3.0,
+            final_train=3.0,
+            tokens_per_s=8400.0 if p == "pre" else 12300.0,
+            summary_extra={
+                "started_at": start,
+                "wall_time_s": wall,
+                "load_avg": load,
+                "device": "cpu (2 cores, 1 torch thread)",
+            },
+        )
+        for (p, seed), (start, wall, load) in when.items()
+    ]
+    rs = load_runs(fab.write_sweep(tmp_path / "s", specs))
+    text = write_report(rs, tmp_path / "r", figures=["loss"]).path.read_text()
+    summary = text.split("## Summary")[1].split("## ")[0]
+    assert (
+        "tokens/s: as each run measured it, up to 2 of these runs training at the same time, 1-minute load "
+        "average 1.1–4.2 when they ended, on cpu (2 cores, 1 torch thread)."
+    ) in summary
+    assert "not a speed comparison between variants" in summary and "scripts/bench_norm_op.py" in summary
+    header = table_row(text, "run")
+    assert header[-3:] == ["tokens/s", "trained beside", "load"]
+    beside = {
+        table_row(text, r)[1] + f" s{table_row(text, r)[2]}": table_row(text, r)[-2:] for r in rs.runs.index
+    }
+    assert beside == {"pre s0": ["1", "3.9"], "post s0": ["1", "4.2"], "pre s1": ["0", "1.1"]}
+    # runs without the fields
+    old = load_runs(fab.write_sweep(tmp_path / "o", [dict(s, summary_extra=None) for s in specs]))
+    text = write_report(old, tmp_path / "r2", figures=["loss"]).path.read_text()
+    assert "at what load is not recorded" in text and "not a speed comparison" in text
+    assert table_row(text, rs.runs.index[0])[-2:] == ["–", "–"]

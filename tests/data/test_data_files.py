@@ -29,7 +29,7 @@ def ts_cfg(path: Path | None, cache_dir: Path, **over: Any) -> dict[str, Any]:
         "path": None if path is None else str(path),
         "hub_id": "roneneldan/TinyStories",
         "revision": "main",
-        "version": "v2",
+        "version": None,  # the YAML's default: recognised from the file names
         "max_train_stories": None,
         "max_val_stories": None,
         "text_field": "text",
@@ -52,8 +52,7 @@ def documents(corpus: TokenCorpus, split: str) -> list[str]:
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_each_layout_keeps_story_boundaries_and_splits(layout: str, layout_dir, tmp_path: Path) -> None:
     root, data = layout_dir(layout)
-    version = "v1" if layout == "v1txt" else "v2"
-    corpus = load_corpus(ts_cfg(root, tmp_path / "cache", version=version), progress=False)
+    corpus = load_corpus(ts_cfg(root, tmp_path / "cache"), progress=False)  # data.version left out
     assert documents(corpus, "train") == data["train"]  # every story whole, in order, nothing else
     assert documents(corpus, "val") == data["val"]  # validation = the validation files
     assert any("\n\n" in s for s in data["train"])  # boundaries are not paragraph breaks
@@ -67,11 +66,30 @@ def test_subset_takes_the_first_stories(layout_dir, tmp_path: Path) -> None:
     assert documents(corpus, "val") == data["val"][:7]
 
 
-def test_version_picks_the_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_official_files_are_recognised_by_their_names(version: str, tmp_path: Path, caplog) -> None:
+    """A folder in one official layout needs no data.version; the log says which files it found."""
+    root = tmp_path / version
+    data = write_layout(root, f"{version}txt", 40, 10, seed=3)
+    with caplog.at_level("INFO", logger="normlab.data.local"):
+        corpus = load_corpus(ts_cfg(root, tmp_path / "cache"), progress=False)
+    assert documents(corpus, "val") == data["val"] and documents(corpus, "train") == data["train"]
+    names = {"v1": "TinyStories-train.txt", "v2": "TinyStoriesV2-GPT4-train.txt"}
+    (said,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data=tinystories: using")]
+    assert f"official TinyStories {version.upper()} text files ({names[version]}" in said
+    assert said.endswith("(recognised by their names)")
+
+
+def test_version_picks_the_files(tmp_path: Path, caplog) -> None:
     root = tmp_path / "both"
     v2 = write_layout(root, "v2txt", 40, 10, seed=1)
     v1 = write_layout(root, "v1txt", 40, 10, seed=2)
     cache = tmp_path / "cache"
+    with caplog.at_level("INFO", logger="normlab.data.local"):
+        assert documents(load_corpus(ts_cfg(root, cache), progress=False), "val") == v2["val"]  # V2 first
+    assert any(
+        "the V1 files are there too: data.version=v1 to use them" in r.getMessage() for r in caplog.records
+    )
     assert documents(load_corpus(ts_cfg(root, cache, version="v2"), progress=False), "val") == v2["val"]
     assert documents(load_corpus(ts_cfg(root, cache, version="v1"), progress=False), "val") == v1["val"]
     with pytest.raises(UserError, match="data.version=v1 or v2"):
@@ -115,12 +133,13 @@ def test_wrong_path_says_what_it_looked_for(tmp_path: Path) -> None:
         load_corpus(ts_cfg(junk, tmp_path / "cache"), progress=False)
     msg = str(err.value)
     assert "TinyStoriesV2-GPT4-train.txt" in msg and "TinyStoriesV2-GPT4-valid.txt" in msg
+    assert "TinyStories-train.txt" in msg and "TinyStories-valid.txt" in msg
     assert "parquet" in msg and "notes.md" in msg and msg.endswith(".")
 
 
 def test_other_version_present_is_pointed_out(layout_dir, tmp_path: Path) -> None:
     root, _ = layout_dir("v1txt")
-    with pytest.raises(UserError, match="set data.version=v1"):
+    with pytest.raises(UserError, match="set data.version=v1, or leave it out"):
         load_corpus(ts_cfg(root, tmp_path / "cache", version="v2"), progress=False)
 
 
@@ -235,7 +254,7 @@ def test_big_vocabulary_is_stored_as_uint32(layout_dir, tmp_path: Path) -> None:
 
 
 def test_offline_without_a_local_copy_is_one_sentence(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog
 ) -> None:
     import datasets.config
     import huggingface_hub.constants
@@ -244,12 +263,16 @@ def test_offline_without_a_local_copy_is_one_sentence(
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub"))
     monkeypatch.setattr(hub_mod, "hub_reachable", lambda timeout=3.0: False)
-    for version in ("v1", "v2"):
-        with pytest.raises(UserError) as err:
+    for version in ("v1", "v2", None):
+        caplog.clear()
+        with caplog.at_level("INFO"), pytest.raises(UserError) as err:
             load_corpus(ts_cfg(None, tmp_path / "cache", version=version), progress=False)
         msg = str(err.value)
         assert "data.path=" in msg and "data=synthetic" in msg
         assert msg.endswith(".") and msg.count(". ") == 0 and "\n" not in msg
+        # nothing claimed to be building what cannot be had, and nothing left behind
+        assert not any("building" in r.getMessage() for r in caplog.records), caplog.text
+        assert not (tmp_path / "cache").exists()
 
 
 def test_hub_probe_respects_offline_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -166,6 +166,7 @@ def _no_network(train_cli, trained_run, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     result = train_cli("data=tinystories", cache=cache)
     assert not cache.exists()  # no cache folder, no lock file
+    assert "building the data cache" not in result.output  # the sentence is the first thing said about data
     return result, "data.path"
 
 

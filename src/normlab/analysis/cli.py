@@ -12,6 +12,7 @@ import matplotlib
 from normlab.analysis.load import NoRunsFound, UnknownKey, load_runs, short_names
 from normlab.analysis.plots import DPI, FIGURES, NoData, plot_grad_norm, plot_loss, save
 from normlab.analysis.report import default_out_dir, summary_markdown, write_report
+from normlab.analysis.throughput import throughput_note
 
 
 def _warn(message: str) -> None:
@@ -88,6 +89,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     if report.summary is not None and not report.summary.empty:
         print()
         print(summary_markdown(report.summary))
+        print(throughput_note(rs.valid))
         print()
     for name, why in report.skipped.items():
         print(f"skipped {name}: {why}")

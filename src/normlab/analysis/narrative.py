@@ -5,8 +5,11 @@ Everything here is computed from a RunSet; the wording follows fixed rules so a 
 - a difference is mean(variant) − mean(reference) of the final validation loss, in nats/token, with a
   95 % confidence interval from Student's t with Welch–Satterthwaite degrees of freedom
   (`stats.welch_difference`) and both n shown;
-- "worse" / "better" is said only when that interval excludes 0; otherwise "no clear difference";
-- with one run on either side there is no interval, and the sentence says so;
+- every comparison gets one reading (`reading`), used by the sentences and the tables alike:
+  "worse" / "better" only when that interval excludes 0; "no clear difference" when it includes 0 (the
+  sentence gives the signed difference, never a direction); "untested" when there is no noise estimate —
+  one run on either side, or no spread between the runs at all — and then the sentence gives only the
+  signed difference and says "untested"; "identical" when both sides hold the same values;
 - runs whose summary.json says `learned: false` (best validation loss not clearly below the corpus's
   unigram baseline) are named in a warning, and every sentence about their variant says it did not learn.
 
@@ -40,30 +43,46 @@ def fmt_signed(x: float, digits: int = 3) -> str:
 
 
 def fmt_ci(d: Difference, digits: int = 3) -> str:
-    """'95 % CI +0.120 to +0.280, n = 3 vs 3'; 'n = 1 vs 3, no CI' without one."""
+    """'95 % CI +0.120 to +0.280, n = 3 vs 3'; 'n = 1 vs 3' (untested: one run) and 'n = 3 vs 3, no spread
+    between the runs' without an interval."""
     n = f"n = {d.n_a} vs {d.n_b}"
     if not d.has_ci:
-        return f"{n}, no CI"
+        return n
     if d.df is None:
-        return f"{n}, no spread between seeds"
+        return f"{n}, no spread between the runs"
     return f"{round(d.level * 100)} % CI {fmt_signed(d.low, digits)} to {fmt_signed(d.high, digits)}, {n}"
 
 
-def describe(d: Difference, subject: str, reference: str, digits: int = 3) -> str:
-    """'post ends 0.200 nats worse than pre (95 % CI +0.120 to +0.280, n = 3 vs 3)' and its variants."""
+IDENTICAL, UNTESTED, WORSE, BETTER, UNCLEAR = (
+    "identical",
+    "untested",
+    "worse",
+    "better",
+    "no clear difference",
+)
+
+
+def reading(d: Difference) -> str:
+    """What a comparison may say: identical, untested (no noise estimate), worse / better (the interval
+    excludes 0; lower loss is better), or no clear difference (it includes 0)."""
     if d.identical:
-        return f"{subject} and {reference} end identical ({METRIC_TEXT} equal in every run)"
-    if d.resolved or not d.has_ci:
-        return f"{subject} ends {_size_direction(d, digits)} than {reference} ({fmt_ci(d, digits)})"
-    return (
-        f"{subject} and {reference} show no clear difference ({fmt_signed(d.diff, digits)} {UNIT}, "
-        f"{fmt_ci(d, digits)})"
-    )
+        return IDENTICAL
+    if not d.tested:
+        return UNTESTED
+    if d.resolved:
+        return WORSE if d.diff > 0 else BETTER
+    return UNCLEAR
+
+
+def untested_note(d: Difference) -> str:
+    """'untested: n = 1 vs 3, no noise estimate' — why an untested comparison is one."""
+    why = "no spread between the runs" if d.has_ci else "no noise estimate"
+    return f"untested: n = {d.n_a} vs {d.n_b}, {why}"
 
 
 def _size_direction(d: Difference, digits: int = 3) -> str:
-    """'0.200 nats worse' (lower loss is better)."""
-    return f"{abs(d.diff):.{digits}f} {UNIT} {'worse' if d.diff > 0 else 'better'}"
+    """'0.200 nats worse' (lower loss is better): only for a resolved difference."""
+    return f"{abs(d.diff):.{digits}f} {UNIT} {reading(d)}"
 
 
 # ------------------------------------------------------------------------------------------ variants
@@ -135,26 +154,35 @@ def summary_sentences(rs: RunSet, metric: str = METRIC) -> list[str]:
     first = f"Lowest {METRIC_TEXT}: **{_label(best)}**, {best.mean:.3f} {UNIT}/token ({n_best})"
     runner = ranked[1]
     d = compare(runner, best)
-    if d.identical:
+    r = reading(d)
+    if r == IDENTICAL:
         first += f"; {runner.variant} is identical to it"
     elif d.resolved:
         first += f"; it is clearly ahead: the next, {_label(runner)}, is {abs(d.diff):.3f} {UNIT} higher ({fmt_ci(d)})"
-    elif d.has_ci:
+    elif r == UNCLEAR:
         first += (
-            f"; the next, {_label(runner)}, is {abs(d.diff):.3f} {UNIT} higher, within noise ({fmt_ci(d)}), "
+            f"; the next, {_label(runner)}, differs by {fmt_signed(d.diff)} {UNIT}, within noise ({fmt_ci(d)}), "
             "so the top two are not separated"
         )
     else:
-        first += f"; the next, {_label(runner)}, is {abs(d.diff):.3f} {UNIT} higher ({fmt_ci(d)})"
+        first += f"; the next, {_label(runner)}: {fmt_signed(d.diff)} {UNIT} ({untested_note(d)})"
     sentences = [first + "."]
     if len(ranked) > 2:
         worst = ranked[-1]
         d = compare(worst, best)
-        second = f"Highest: {_label(worst)}, {abs(d.diff):.3f} {UNIT} above {best.variant} ({fmt_ci(d)})"
+        if d.resolved:
+            second = f"Highest: {_label(worst)}, {abs(d.diff):.3f} {UNIT} above {best.variant} ({fmt_ci(d)})"
+        elif reading(d) == UNCLEAR:
+            second = f"Highest: {_label(worst)}, {fmt_signed(d.diff)} {UNIT} from {best.variant}, within noise ({fmt_ci(d)})"
+        else:
+            second = f"Highest: {_label(worst)}, {fmt_signed(d.diff)} {UNIT} from {best.variant} ({untested_note(d)})"
         tested = [compare(v, best) for v in ranked[1:]]
-        if any(t.has_ci for t in tested):
+        if any(t.tested for t in tested):
             resolved = sum(t.resolved for t in tested)
-            second += f"; {resolved} of {len(tested)} other variants are clearly above the best"
+            second += (
+                f"; {resolved} of {sum(t.tested for t in tested)} other variants with a noise estimate are "
+                "clearly above the best"
+            )
         sentences.append(second + ".")
     return sentences
 
@@ -230,17 +258,12 @@ def contrast_rows(cs: Sequence[Contrast], rs: RunSet) -> list[list[str]]:
     rows = []
     for c in cs:
         d = c.difference
-        ci = f"{fmt_signed(d.low)} to {fmt_signed(d.high)}" if d.has_ci and d.df is not None else "–"
-        if d.identical:
-            reading = "identical"
-        elif not d.has_ci:
-            reading = "untested (n = 1)"
-        elif d.resolved:
-            reading = "worse" if d.diff > 0 else "better"
-        else:
-            reading = "no clear difference"
+        ci = f"{fmt_signed(d.low)} to {fmt_signed(d.high)}" if d.tested else "–"
+        text = reading(d)
+        if text == UNTESTED:
+            text = "untested (n = 1)" if not d.has_ci else "untested (no spread)"
         if c.subject.did_not_learn or c.base.did_not_learn:
-            reading += "; did not learn"
+            text += "; did not learn"
         rows.append(
             [
                 display.get(c.key, c.key),
@@ -249,33 +272,40 @@ def contrast_rows(cs: Sequence[Contrast], rs: RunSet) -> list[list[str]]:
                 fmt_signed(d.diff),
                 ci,
                 f"{d.n_a} vs {d.n_b}",
-                reading,
+                text,
             ]
         )
     return rows
 
 
 def _clause(c: Contrast, display: dict[str, str], with_ci: bool) -> str:
-    """'0.200 nats worse with norm=ln (95 % CI +0.120 to +0.280, n = 3 vs 3)' for one contrast."""
+    """One contrast, by its `reading`: '0.200 nats worse with norm=ln (95 % CI +0.120 to +0.280, n = 3 vs
+    3)', 'no clear difference with norm=ln (+0.030 nats, 95 % CI …)', '+0.009 nats with norm=ln' (untested;
+    `with_ci` False: the sentence says once for all its clauses why they are untested)."""
     d = c.difference
     where = f" with {_within_text(c.within, display)}" if c.within else ""
-    if d.identical:
+    r = reading(d)
+    if r == IDENTICAL:
         return f"identical{where}"
-    ci = f" ({fmt_ci(d)})" if with_ci else ""
-    if d.resolved or not d.has_ci:
-        return f"{_size_direction(d)}{where}{ci}"
-    return f"no clear difference{where} ({fmt_signed(d.diff)} {UNIT}, {fmt_ci(d)})"
+    if r in (WORSE, BETTER):
+        return f"{_size_direction(d)}{where} ({fmt_ci(d)})"
+    if r == UNCLEAR:
+        return f"no clear difference{where} ({fmt_signed(d.diff)} {UNIT}, {fmt_ci(d)})"
+    return f"{fmt_signed(d.diff)} {UNIT}{where}" + (f" ({untested_note(d)})" if with_ci else "")
 
 
 def contrast_sentences(cs: Sequence[Contrast], rs: RunSet) -> list[str]:
     """One sentence per grouping key: each level against the reference, within each setting of the others,
-    e.g. "**placement** — post vs pre: 0.200 nats worse with norm=ln (95 % CI …, n = 3 vs 3); …"."""
+    e.g. "**placement** — post vs pre: 0.200 nats worse with norm=ln (95 % CI …, n = 3 vs 3); …"; where no
+    comparison of the key has a noise estimate, "post − pre: +0.200 nats with norm=ln, … (untested: one
+    run on each side, no noise estimate)"."""
     display = short_names(list(rs.group_keys))
     sentences = []
     for key in dict.fromkeys(c.key for c in cs):
         of_key = [c for c in cs if c.key == key]
         differing = [c for c in of_key if not c.difference.identical]
-        untested = bool(differing) and not any(c.difference.has_ci for c in differing)
+        untested = bool(differing) and not any(c.difference.tested for c in differing)
+        single = untested and all(not c.difference.has_ci for c in differing)
         parts = []
         for level in dict.fromkeys(c.level for c in of_key):
             group = [c for c in of_key if c.level == level]
@@ -284,8 +314,20 @@ def contrast_sentences(cs: Sequence[Contrast], rs: RunSet) -> list[str]:
                 " (did not learn)" if all(c.base.did_not_learn for c in group) else ""
             )
             clauses = ", ".join(_clause(c, display, with_ci=not untested) for c in group)
-            parts.append(f"{subject} vs {reference}: {clauses}")
-        tail = " (one run on each side: no confidence intervals)" if untested else ""
+            parts.append(
+                f"{subject} − {reference}: {clauses}" if untested else f"{subject} vs {reference}: {clauses}"
+            )
+        if single:
+            n_runs = (
+                "one run on each side"
+                if all(c.difference.n_a == c.difference.n_b == 1 for c in differing)
+                else "one run on a side"
+            )
+            tail = f" (untested: {n_runs}, no noise estimate)"
+        elif untested:
+            tail = " (untested: no spread between the runs, no noise estimate)"
+        else:
+            tail = ""
         sentences.append(f"**{display.get(key, key)}** — " + "; ".join(parts) + tail + ".")
     return sentences
 

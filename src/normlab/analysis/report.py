@@ -21,6 +21,7 @@ from normlab.analysis.html import markdown_to_html
 from normlab.analysis.load import SEED_KEY, RunSet, short_names
 from normlab.analysis.plots import DPI, FIGURES, NoData, plot_grid, save
 from normlab.analysis.stats import fmt_mean_std, fmt_params, summary_table
+from normlab.analysis.throughput import load_text, ran_beside, throughput_note
 from normlab.io import write_text_atomic
 
 REPORT_FILE = "report.md"
@@ -262,8 +263,8 @@ def _markdown(
         lines.append(
             "Final val loss: the evaluation at the last step of completed runs (diverged runs have none); "
             "best val loss: the lowest evaluation of any run; final train loss: mean of the last logged steps "
-            f"(summary.json). {baseline_note}Spikes/run: loss and grad-norm spikes per run. tokens/s: "
-            "training throughput."
+            f"(summary.json). {baseline_note}Spikes/run: loss and grad-norm spikes per run. "
+            f"{throughput_note(rs.valid)}"
         )
     lines.append("")
 
@@ -277,7 +278,9 @@ def _markdown(
             'fixed ("with"); Δ = difference of the mean final val loss in nats/token (lower is better). '
             "95 % CI: Student's t with Welch–Satterthwaite degrees of freedom over the runs' final val "
             'losses; n = runs with a final val loss on each side. "Worse"/"better" only where the '
-            "interval excludes 0. Intervals are per row, not adjusted for the number of rows.",
+            "interval excludes 0. Untested: no noise estimate (one run on a side, or no spread between "
+            "the runs), so only the signed Δ is given. Intervals are per row, not adjusted for the number "
+            "of rows.",
             "",
         ]
 
@@ -311,6 +314,7 @@ def _markdown(
         lines += [md_table(["run", "norm", "placement", "reason"], rows), ""]
 
     lines += ["## All runs", ""]
+    beside = ran_beside(runs)
     rows = []
     for run, r in runs.sort_values("_order", kind="stable").iterrows():
         rows.append(
@@ -324,6 +328,8 @@ def _markdown(
                 _num(r["best_val_loss"]),
                 _num(r["n_spikes"], "{:.0f}"),
                 _num(r["tokens_per_s"], "{:,.0f}"),
+                "–" if pd.isna(beside[run]) else int(beside[run]),
+                load_text(r.get("load_avg")),
             ]
         )
     headers = [
@@ -336,8 +342,15 @@ def _markdown(
         "best val loss",
         "spikes",
         "tokens/s",
+        "trained beside",
+        "load",
     ]
     lines += [md_table(headers, rows), ""]
+    lines.append(
+        "Trained beside: how many of these runs trained during some part of the run; load: the machine's "
+        "1-minute load average when it ended — the context of its tokens/s (see the note under Summary)."
+    )
+    lines.append("")
     lines.append(f"Per-variant numbers: [{SUMMARY_CSV}]({SUMMARY_CSV}); per-run: [{RUNS_CSV}]({RUNS_CSV}).")
     if rs.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in rs.warnings]

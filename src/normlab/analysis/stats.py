@@ -184,9 +184,15 @@ class Difference:
         return self.low is not None and self.high is not None
 
     @property
+    def tested(self) -> bool:
+        """There is a noise estimate to test the difference against: both sides have n ≥ 2 and some spread
+        (with none, the interval collapses to a point: that is no evidence of zero noise)."""
+        return self.has_ci and self.df is not None
+
+    @property
     def resolved(self) -> bool:
-        """The interval excludes zero (False without an interval)."""
-        return self.has_ci and (self.low > 0 or self.high < 0)
+        """Tested, and the interval excludes zero."""
+        return self.tested and (self.low > 0 or self.high < 0)
 
     @property
     def identical(self) -> bool:

@@ -217,7 +217,7 @@ class TinyStoriesDataSchema(DataSchema):
     path: Optional[str] = knob()
     hub_id: str = knob()
     revision: str = knob()
-    version: str = knob(choices=TINYSTORIES_VERSIONS)
+    version: Optional[str] = knob(choices=TINYSTORIES_VERSIONS)
     max_train_stories: Optional[int] = knob(ge=1)
     max_val_stories: Optional[int] = knob(ge=1)
     text_field: str = knob()

@@ -299,9 +299,15 @@ def writable_error(root: Path, exc: OSError) -> UserError:
 
 
 def get_or_build(
-    root: Path, name: str, spec: dict[str, Any], build: Callable[[Path], dict[str, Any]]
+    root: Path,
+    name: str,
+    spec: dict[str, Any],
+    build: Callable[[Path], dict[str, Any]],
+    check: Callable[[], None] | None = None,
 ) -> tuple[Path, dict]:
-    """Return (entry directory, metadata), building the entry with `build(folder)` if needed.
+    """Return (entry directory, metadata), building the entry with `build(folder)` if needed; `check()`
+    runs first when it is (it raises if the data cannot be had: nothing is created, nothing said about
+    building).
 
     Fast path: a valid entry is used without taking the lock (reading never needs write access).
     """
@@ -309,6 +315,8 @@ def get_or_build(
     meta = read_valid_meta(entry, spec)
     if meta is not None:
         return entry, meta
+    if check is not None:
+        check()
     created_root = not root.exists()
     lock_path = root / f"{entry.name}.lock"
     try:

@@ -131,7 +131,7 @@ def load_corpus(data_cfg: Mapping[str, Any], *, progress: bool = True) -> TokenC
             progress=progress,
         )
 
-    entry, meta = cache.get_or_build(root, source.name, spec, build)
+    entry, meta = cache.get_or_build(root, source.name, spec, build, check=source.check_readable)
     if meta.get("built_by_pid") == os.getpid() and meta.get("build_seconds") is not None:
         log.info(
             "data cache %s: %d train tokens (%d stories), %d validation tokens, vocab %d, built in %.1fs",

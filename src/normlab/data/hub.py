@@ -93,6 +93,7 @@ class HubSource(Source):
         self.text_field = str(cfg["text_field"])
         self._offline: bool | None = None
         self._paths: dict[str, Path] = {}
+        self._datasets: dict[str, Any] = {}
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -113,11 +114,15 @@ class HubSource(Source):
             "data.hub_id, data.revision and the connection, or point data.path=DIR at a downloaded copy."
         )
 
-    def _call(self, fn: Callable[[], Any]) -> Any:
+    def _is_offline(self) -> bool:
         if self._offline is None:
             self._offline = not hub_reachable()
             if self._offline:
                 log.info("no connection to the Hugging Face Hub: trying its local cache only")
+        return self._offline
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        offline = self._is_offline()
         if not self.progress:
             with contextlib.suppress(Exception):
                 import datasets
@@ -126,27 +131,46 @@ class HubSource(Source):
                 datasets.disable_progress_bars()
                 huggingface_hub.utils.disable_progress_bars()
         try:
-            with _hub_offline(self._offline):
+            with _hub_offline(offline):
                 return fn()
         except UserError:
             raise
         except Exception as exc:  # network, missing cache, unknown repo: all the user's to fix
             raise self._fail(exc) from exc
 
+    def check_readable(self) -> None:
+        """Offline, open what the Hugging Face caches hold now (raising the one sentence if they hold
+        nothing), before the token cache says it is building; online, the download is part of the build."""
+        if not self._is_offline():
+            return
+        if self.version == "v1":
+            self._dataset("train")
+            self._dataset("validation")
+        else:
+            self._v2_path(0)
+            self._v2_path(1)
+
+    def _dataset(self, split: str) -> Any:
+        if split not in self._datasets:
+
+            def load() -> Any:
+                import datasets
+
+                return datasets.load_dataset(self.hub_id, revision=self.revision, split=split)
+
+            self._datasets[split] = self._call(load)
+        return self._datasets[split]
+
     def _v1(self, split: str, limit: int | None) -> Iterator[str]:
-        def load() -> Any:
-            import datasets
-
-            ds = datasets.load_dataset(self.hub_id, revision=self.revision, split=split)
-            return ds.select(range(min(limit, len(ds)))) if limit is not None else ds
-
-        ds = self._call(load)
+        ds = self._dataset(split)
+        if limit is not None:
+            ds = ds.select(range(min(limit, len(ds))))
         for batch in ds.iter(batch_size=4096):
             for text in batch[self.text_field]:
                 if text and (text := text.strip()):
                     yield text
 
-    def _v2(self, which: int, limit: int | None) -> Iterator[str]:
+    def _v2_path(self, which: int) -> Path:
         filename = OFFICIAL_TXT["v2"][which]
         if filename not in self._paths:
 
@@ -158,7 +182,10 @@ class HubSource(Source):
                 )
 
             self._paths[filename] = self._call(fetch)
-        return itertools.islice(read_txt(self._paths[filename], SEPARATOR), limit)
+        return self._paths[filename]
+
+    def _v2(self, which: int, limit: int | None) -> Iterator[str]:
+        return itertools.islice(read_txt(self._v2_path(which), SEPARATOR), limit)
 
     def train_texts(self) -> Iterator[str]:
         return self._v1("train", self.max_train) if self.version == "v1" else self._v2(0, self.max_train)

@@ -3,8 +3,9 @@
 Local layouts understood under `data.path` (searched recursively, hidden folders skipped):
 
 - the official TinyStories text files, stories separated by ``<|endoftext|>``:
-  ``TinyStoriesV2-GPT4-train.txt`` / ``TinyStoriesV2-GPT4-valid.txt`` (``data.version=v2``) and
-  ``TinyStories-train.txt`` / ``TinyStories-valid.txt`` (``data.version=v1``);
+  ``TinyStoriesV2-GPT4-train.txt`` / ``TinyStoriesV2-GPT4-valid.txt`` (V2) and
+  ``TinyStories-train.txt`` / ``TinyStories-valid.txt`` (V1), recognised by these names (V2 where both
+  are there; ``data.version=v1`` or ``v2`` to choose);
 - a Hub snapshot: parquet files with a ``text`` column, named by split
   (``data/train-00000-of-00004-….parquet``, ``data/validation-00000-of-00001-….parquet``, or
   ``train/0000.parquet`` folders);
@@ -23,7 +24,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,7 @@ class Layout:
     description: str  # for messages and meta.json
     train: list[Path]
     val: list[Path] = field(default_factory=list)
+    version: str | None = None  # v1 / v2 for the official TinyStories text files
 
 
 def _split_of(path: Path, root: Path) -> str | None:
@@ -206,16 +208,19 @@ def _walk(root: Path) -> list[Path]:
     return out
 
 
-def find_layout(root: Path, *, version: str | None, allow_plain_txt: bool) -> Layout | None:
-    """The best corpus layout under `root`, or None when nothing usable is there."""
+def find_layout(root: Path, *, versions: Sequence[str] = (), allow_plain_txt: bool) -> Layout | None:
+    """The best corpus layout under `root`, or None when nothing usable is there: the official TinyStories
+    text files of the first of `versions` whose training file is there, else parquet, JSON lines or (with
+    `allow_plain_txt`) text files named by split."""
     files = _walk(root)
     base = root if root.is_dir() else root.parent
-    if version is not None:
+    for version in versions:
         train_name, val_name = OFFICIAL_TXT[version]
         train = [f for f in files if f.name == train_name]
         val = [f for f in files if f.name == val_name]
         if train:
-            return Layout("txt", f"official TinyStories {version.upper()} text files", train[:1], val[:1])
+            description = f"the official TinyStories {version.upper()} text files ({train_name}, {val_name})"
+            return Layout("txt", description, train[:1], val[:1], version=version)
     by_fmt: dict[str, dict[str, list[Path]]] = {}
     for f in files:
         fmt = FORMATS.get(f.suffix.lower())
@@ -338,50 +343,74 @@ def _parquet_rows(paths: list[Path]) -> int:
         return 0
 
 
-def _version(cfg: dict[str, Any]) -> str:
+def _version(cfg: dict[str, Any]) -> str | None:
+    """data.version, checked: v1, v2, or None (recognised from the files; the Hub's default is v2)."""
+    if cfg.get("version") is None:
+        return None
     version = str(cfg["version"]).lower()
     if version not in OFFICIAL_TXT:
         raise UserError(
-            f"data.version={cfg.get('version')} is not a TinyStories version; set data.version=v1 or v2."
+            f"data.version={cfg.get('version')} is not a TinyStories version; set data.version=v1 or v2, or "
+            "leave it out to have it recognised from the file names."
         )
     return version
 
 
+HUB_DEFAULT_VERSION = "v2"
+
+
 def tinystories_source(cfg: dict[str, Any], progress: bool = True) -> Source:
+    """TinyStories from `data.path` (the official V2 or V1 text files recognised by their names, V2 where
+    both are there, `data.version` to choose; or parquet / JSON lines named by split), else from the Hub."""
     from .hub import HubSource  # the Hub's libraries load only when no local copy is used
 
     cfg = with_defaults(cfg, "tinystories")
     version = _version(cfg)
     if not cfg.get("path"):
-        return HubSource(cfg, version, progress)
+        return HubSource(cfg, version or HUB_DEFAULT_VERSION, progress)
     root = _resolve_path(cfg)
-    layout = find_layout(root, version=version, allow_plain_txt=False)
-    train_name, val_name = OFFICIAL_TXT[version]
+    versions = (version,) if version else ("v2", "v1")
+    layout = find_layout(root, versions=versions, allow_plain_txt=False)
+    official = " or ".join(f"{OFFICIAL_TXT[v][0]} and {OFFICIAL_TXT[v][1]}" for v in versions)
     looked_for = (
-        f"{train_name} and {val_name} (data.version={version}), or parquet / JSON lines files named by split "
-        "(train…, validation…)"
+        f"{official}{f' (data.version={version})' if version else ''}, or parquet / JSON lines files named "
+        "by split (train…, validation…)"
     )
     if layout is None:
-        other = "v1" if version == "v2" else "v2"
         hint = ""
-        if any(f.name == OFFICIAL_TXT[other][0] for f in _walk(root)):
-            hint = f" (it holds the {other.upper()} files: set data.version={other})"
+        if version:
+            other = "v1" if version == "v2" else "v2"
+            if any(f.name == OFFICIAL_TXT[other][0] for f in _walk(root)):
+                hint = f" (it holds the {other.upper()} files: set data.version={other}, or leave it out)"
         raise UserError(
             f"No TinyStories files found under data.path={root}: looked for {looked_for}, but "
             f"{_others(_walk(root), root)}{hint}; point data.path at the folder that holds them."
         )
     if not layout.val:
+        val_name = OFFICIAL_TXT[layout.version][1] if layout.version else "the validation file"
         raise UserError(
             f"Found the TinyStories training files under data.path={root} but no validation files "
             f"(looked for {val_name} or files named validation…); add them next to the training files."
         )
-    if layout.fmt != "txt":
-        log.info(
-            "using %s under %s (data.version only picks between the official .txt files)",
-            layout.description,
-            root,
-        )
+    log.info(
+        "data=tinystories: using %s under %s%s",
+        layout.description,
+        root,
+        _version_note(layout, version, root),
+    )
     return FileSource("tinystories", root, layout, cfg, val_fraction=None)
+
+
+def _version_note(layout: Layout, version: str | None, root: Path) -> str:
+    """How the files were chosen: by data.version, or recognised by their names (and what else is there)."""
+    if layout.version is None:
+        return " (data.version only picks between the official .txt files)" if version else ""
+    if version:
+        return f" (data.version={version})"
+    other = "v1" if layout.version == "v2" else "v2"
+    also = any(f.name == OFFICIAL_TXT[other][0] for f in _walk(root))
+    there = f"; the {other.upper()} files are there too: data.version={other} to use them" if also else ""
+    return f" (recognised by their names{there})"
 
 
 def text_source(cfg: dict[str, Any]) -> Source:
@@ -391,7 +420,7 @@ def text_source(cfg: dict[str, Any]) -> Source:
             "data=text needs a corpus: set data.path=FILE_OR_DIR (.txt, .jsonl or .parquet files)."
         )
     root = _resolve_path(cfg)
-    layout = find_layout(root, version=None, allow_plain_txt=True)
+    layout = find_layout(root, allow_plain_txt=True)
     if layout is None:
         raise UserError(
             f"No corpus files found under data.path={root}: looked for .txt, .jsonl or .parquet files, but "

@@ -38,6 +38,10 @@ class Source:
         """Extra facts for the cache's meta.json (after the texts were read)."""
         return {}
 
+    def check_readable(self) -> None:
+        """Raise UserError now if the texts cannot be had at all (the Hub offline, nothing cached): called
+        before a cache build starts, so that its one sentence comes before any "building" line."""
+
 
 def with_defaults(cfg: Mapping[str, Any], option: str) -> dict[str, Any]:
     """`cfg` (a `data` group, possibly partial) over configs/data/OPTION.yaml: the keys it leaves out take

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -41,7 +42,7 @@ from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.model import block_formula
-from normlab.train import checkpoint, flops, outcome
+from normlab.train import checkpoint, flops, outcome, step_time
 from normlab.train.callbacks import Callback, Checkpoints, ProgressBar
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import LoopResult, Trainer
@@ -63,6 +64,23 @@ __all__ = ["LOCK_FILE", "METRICS_FILE", "SAMPLE_FILE", "SUMMARY_FILE", "Run", "p
 
 def default_resume_command(run_dir: Path, resume: str | None) -> str:
     return f"python train.py ... train.resume={resume}" if resume else "python train.py ..."
+
+
+def device_label(device: torch.device) -> str:
+    """'cpu (2 cores, 1 torch thread)' or the CUDA device's name: what a run's tokens/s was measured on."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = torch.get_num_threads()
+    return f"{device.type} ({cores} cores, {threads} torch thread{'s' if threads != 1 else ''})"
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average, None where the OS has none (Windows)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def pick_device(requested: str) -> torch.device:
@@ -123,7 +141,9 @@ class Run:
     # ------------------------------------------------------------------------------------------------
 
     def write_summary(self, **fields: Any) -> RunSummary:
-        self.summary.update(**fields, wall_time_s=round(time.time() - self.started, 3))
+        self.summary.update(
+            **fields, started_at=round(self.started, 3), wall_time_s=round(time.time() - self.started, 3)
+        )
         if self.dist.is_main:
             self.summary.write(self.run_dir)
         return self.summary
@@ -277,6 +297,12 @@ class Run:
         device = self.dist.device(pick_device(tcfg["device"]))
         if device.type == "cuda":  # TF32 tensor cores for float32 matmuls (train.peak_flops counts them)
             torch.set_float32_matmul_precision("high")
+        self.summary.update(device=device_label(device))
+        model = instantiate(cfg["model"]).to(device)  # before the data: a CPU user hears the step time first
+        # one process only: under torchrun a forward on one rank would leave norm.sync's all-reduce unmatched
+        if device.type == "cpu" and self.dist.world_size == 1:
+            for line in step_time.cpu_lines(model, cfg):
+                log.info(line)
         corpus = load_corpus(cfg["data"], progress=self._progress_enabled())
         if corpus.vocab_size > cfg["model"]["vocab_size"]:
             raise InvalidConfig(
@@ -285,7 +311,6 @@ class Run:
                 "model.vocab_size",
             )
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
-        model = instantiate(cfg["model"]).to(device)
         n_layers = model.n_layers
         formula = block_formula(cfg["norm"], cfg["placement"], n_layers, cfg["model"]["qk_norm"])
         z_loss = cfg["optim"]["z_loss"]
@@ -398,6 +423,7 @@ class Run:
             **trainer.monitor.summary(),
         )
         fields["mfu"] = flops.mfu(fields["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops)
+        fields["load_avg"] = load_average()
         if result.status == "interrupted":
             name = self.stop.signal_name or "a signal"
             fields.update(

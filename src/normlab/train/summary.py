@@ -69,6 +69,17 @@ class RunSummary:
     )
     n_params: int | None = _field(doc="trainable parameters (the tied embedding once)")
     wall_time_s: float | None = _field(doc="seconds from the start of this process's run to the summary")
+    started_at: float | None = _field(
+        doc="Unix time at which this process's run started: with wall_time_s, which runs trained at the "
+        "same time (their tokens_per_s shared the machine)"
+    )
+    load_avg: float | None = _field(
+        doc="the machine's 1-minute load average when training ended (os.getloadavg; None where there is "
+        "none): how busy the cores were while tokens_per_s was measured"
+    )
+    device: str | None = _field(
+        doc="what trained the run: 'cpu (2 cores, 1 torch thread)' or the CUDA device's name"
+    )
     norm: str | None = _field(kind=ECHO, doc="norm type (config `norm`)")
     placement: str | None = _field(kind=ECHO, doc="norm placement (config `placement`)")
     depth: Any = _field(kind=ECHO, doc="number of blocks (config `depth`)")

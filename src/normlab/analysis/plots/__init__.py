@@ -11,10 +11,13 @@ in scripts and display inline in a notebook. What every figure does so that it h
   deviation (ddof=1) band only where n ≥ 2;
 - step axes have integer ticks and end at the run's true last step;
 - spikes flagged by the detector are marked, and the steps before it starts testing are shaded;
-- panels whose ranges differ by more than RANGE_RATIO get their own y scale (or a log scale).
+- panels whose ranges differ by more than RANGE_RATIO get their own y scale (or a log scale);
+- nothing is clipped silently: where a y axis or a colour scale is cut for readability, the cut is marked
+  and the figure names what lies beyond it and how far (`cuts`); titles are rewrapped to fit the figure.
 
-Modules: `style` (constants, variant styles, legends), `axes` (what is drawn on an Axes), `series` (which
-numbers a line shows), then the figures: `curves`, `layers` (per-block profiles), `grids`.
+Modules: `style` (constants, variant styles, legends, titles), `axes` (what is drawn on an Axes), `series`
+(which numbers a line shows), `cuts` (cut ranges), then the figures: `curves`, `layers` (per-block
+profiles), `grids`.
 """
 
 from __future__ import annotations

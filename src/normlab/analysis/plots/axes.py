@@ -1,6 +1,6 @@
 """What figures draw on an Axes: integer step axes ending at the true last step, the region the spike
 detector does not watch, mean lines with their ± std bands, log-y formatting, spike and divergence
-markers, a y range that an exploding run cannot flatten, panel titles and grids."""
+markers, panel titles and grids (where a y range is cut, and how that is said: `cuts.py`)."""
 
 from __future__ import annotations
 
@@ -148,28 +148,12 @@ def scatter_points(ax, rs: RunSet, points, style: dict, top: float | None = None
     colors = rs.colors
     for run, step, value in points:
         color = colors[rs.runs.at[run, "variant"]]
-        y = min(value, top) if top is not None else value
+        # a point above a cut axis sits on its top edge (the cut's note gives its value)
+        y, inside = (value, True) if top is None or value <= top else (top, False)
         if face:
-            ax.scatter([step], [y], color=color, **style)
+            ax.scatter([step], [y], color=color, clip_on=inside, **style)
         else:
-            ax.scatter([step], [y], edgecolors=[color], **style)
-
-
-def clip_top(ax, stats: pd.DataFrame) -> float | None:
-    """Fit the y axis to the mean curves, not their bands, and keep a diverging run's exploding loss from
-    flattening everyone else's: cap the axis at 1.25 × the largest first-step loss when something goes
-    above it. Returns the cap, if set."""
-    means = stats["mean"].to_numpy(dtype=float) if not stats.empty else np.array([])
-    means = means[np.isfinite(means)]
-    if means.size == 0:
-        return None
-    lo, hi, top = means.min(), means.max(), None
-    start = stats[stats[names.STEP] == stats[names.STEP].min()]["mean"].max()
-    if np.isfinite(start) and start > 0 and hi > 1.25 * start:
-        hi = top = 1.25 * start
-    pad = 0.06 * (hi - lo) if hi > lo else 0.5
-    ax.set_ylim(lo - pad, hi + pad)
-    return None if top is None else hi + pad
+            ax.scatter([step], [y], edgecolors=[color], clip_on=inside, **style)
 
 
 def color_title(ax, text: str, color) -> None:

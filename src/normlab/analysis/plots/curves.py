@@ -16,7 +16,6 @@ from matplotlib.ticker import MaxNLocator
 
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots.axes import (
-    clip_top,
     color_title,
     draw_band,
     draw_means,
@@ -29,15 +28,18 @@ from normlab.analysis.plots.axes import (
     step_axis,
     step_ticks,
 )
+from normlab.analysis.plots.cuts import fit_y, mark_y_cut
 from normlab.analysis.plots.series import (
     agg_note,
     auto_window,
     bands_for,
     curve_xy,
     divergence_points,
+    first_value,
     layer_means,
     matrix_groups,
     range_ratio,
+    shown_values,
     smooth_frame,
     spike_points,
     variants_with,
@@ -54,6 +56,7 @@ from normlab.analysis.plots.style import (
     add_legend,
     coincide_handles,
     coinciding,
+    fit_suptitle,
     marker_handles,
     metric_family,
     n_label,
@@ -96,13 +99,17 @@ def plot_loss(rs: RunSet, *, logx: bool = False, smooth: int | None = None) -> F
         if not d_val.empty:
             faded |= draw_band(ax_val, d_val, styles[variant], band=bands)
     last = last_step(rs)
-    top = clip_top(ax_tr, train)
     spikes = spike_points(rs, names.SPIKE_LOSS, names.LOSS)
     crosses = divergence_points(rs, names.LOSS)
+    shown_tr = shown_values(rs, train, smooth, bands, spikes + crosses)
+    cut_tr = fit_y(ax_tr, shown_tr, first_value(train), rs.variants)
+    cut_val = fit_y(ax_val, shown_values(rs, val, 1, bands, []), first_value(val), rs.variants)
+    top = cut_tr.top if cut_tr else None
     scatter_points(ax_tr, rs, spikes, SPIKE_STYLE, top)
     scatter_points(ax_tr, rs, crosses, CROSS_STYLE, top, face=True)
     watch = shade_unwatched(ax_tr, rs, last)
-    clip_top(ax_val, val)
+    cut_notes = mark_y_cut(ax_tr, cut_tr, rs.colors, "training-loss") if cut_tr else []
+    cut_notes += mark_y_cut(ax_val, cut_val, rs.colors, "validation-loss") if cut_val else []
     smooth_note = f", rolling mean over {smooth} steps" if smooth > 1 else ""
     ax_tr.set_title(f"training loss (measured before each update{smooth_note})", fontsize=10)
     ax_val.set_title("validation loss", fontsize=10)
@@ -111,9 +118,10 @@ def plot_loss(rs: RunSet, *, logx: bool = False, smooth: int | None = None) -> F
     for ax in (ax_tr, ax_val):
         step_axis(ax, logx, last)
         ax.set_ylabel(LOSS_UNIT)
-    fig.suptitle(f"Loss vs step — {agg_note(rs, bands)}")
+    fit_suptitle(fig, f"Loss vs step — {agg_note(rs, bands)}")
     extra = marker_handles(bool(spikes), bool(crosses)) + ([watch] if watch else [])
     extra += [FEWER_SEEDS] if faded else []
+    extra += cut_notes
     add_legend(fig, variant_handles(rs, shown) + extra + coincide_handles(rs, coinciding(curves)))
     return fig
 
@@ -197,7 +205,7 @@ def per_layer_over_training(
     cbar = fig.colorbar(ScalarMappable(norm=cnorm, cmap=cmap), ax=axes, label=LAYER_LABEL, shrink=0.9)
     cbar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     scale = "" if shared else f"; own y scale per panel: ranges differ by {range_ratio(maxima):.0f}×"
-    fig.suptitle(f"{title} ({agg_note(rs, panels=True)}; colour = block index{scale})")
+    fit_suptitle(fig, f"{title} ({agg_note(rs, panels=True)}; colour = block index{scale})")
     return fig
 
 

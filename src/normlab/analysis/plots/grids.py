@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 
 from normlab.analysis.load import RunSet, short_names, sortable, variant_label
 from normlab.analysis.plots.axes import panel_grid
-from normlab.analysis.plots.style import NoData, new_figure
+from normlab.analysis.plots.style import NoData, fit_suptitle, new_figure
 from normlab.analysis.stats import finite
 
 # ---------------------------------------------------------------------------------------------- grid
@@ -126,7 +126,8 @@ def plot_grid(rs: RunSet, x: str, y: str, *, metric: str = "final_val_loss", max
     label = metric.replace("_", " ") + (" (nats/token)" if "loss" in metric else "")
     fig.colorbar(image, ax=axes, label=label, shrink=0.9)
     note = f" — first {max_panels} of {len(facets)} panels" if len(facets) > max_panels else ""
-    fig.suptitle(
+    fit_suptitle(
+        fig,
         f"{metric.replace('_', ' ').capitalize()} over {display[xk]} × {display[yk]}{note}\n"
         "mean ± std over a cell's runs (n in the cell); red hatching: a run diverged; grey: no value",
         fontsize=10,

@@ -18,6 +18,7 @@ from normlab.analysis.plots.axes import (
     panel_grid,
     step_ticks,
 )
+from normlab.analysis.plots.cuts import colour_cut_note, log_colour_scale
 from normlab.analysis.plots.series import agg_note, layer_means, matrix_groups, runs_of, variants_with
 from normlab.analysis.plots.style import (
     BAND_ALPHA,
@@ -28,6 +29,7 @@ from normlab.analysis.plots.style import (
     add_legend,
     coincide_handles,
     coinciding,
+    fit_suptitle,
     metric_family,
     n_label,
     new_figure,
@@ -98,14 +100,10 @@ def plot_grad_heatmap(rs: RunSet) -> Figure:
         raise NoData(f"no per-layer gradient norms ({metric_family(names.grad_norm_layer)})")
     mats = {v: layer_means(rs, v, cols) for v in variants}
     mats = {v: m for v, m in mats.items() if not m.empty}
-    allvals = np.concatenate([m.to_numpy(dtype=float).ravel() for m in mats.values()])
-    allvals = allvals[np.isfinite(allvals) & (allvals > 0)]
-    if allvals.size == 0:
+    scale = log_colour_scale(mats)
+    if scale is None:
         raise NoData("per-layer gradient norms are all zero or non-finite")
-    lo, hi = np.percentile(allvals, [1, 99.5])
-    if hi <= lo:
-        hi = lo * 10
-    norm = LogNorm(vmin=lo, vmax=hi)
+    norm = LogNorm(vmin=scale.vmin, vmax=scale.vmax)
     nrows, ncols = panel_grid(len(mats))
     fig, axes = new_figure(nrows, ncols, width=4.4 * ncols + 1.2, height=3.3 * nrows + 0.7)
     last = last_step(rs)
@@ -128,10 +126,10 @@ def plot_grad_heatmap(rs: RunSet) -> Figure:
     for ax in list(axes.flat)[len(mats) :]:
         ax.set_visible(False)
     mark_duplicate_panels(ax_of, matrix_groups(mats), rs)
-    fig.colorbar(mesh, ax=axes, label="gradient L2 norm of the block (log)", extend="both", shrink=0.9)
-    fig.suptitle(
-        f"Per-layer gradient norm over training ({agg_note(rs, panels=True)}; block 0 = next to the embedding)"
-    )
+    fig.colorbar(mesh, ax=axes, label="gradient L2 norm of the block (log)", extend=scale.extend, shrink=0.9)
+    title = f"Per-layer gradient norm over training ({agg_note(rs, panels=True)}; block 0 = next to the embedding)"
+    cut = colour_cut_note(scale)
+    fit_suptitle(fig, title + (f"\n{cut}" if cut else ""))
     return fig
 
 
@@ -187,7 +185,7 @@ def plot_act_rms(rs: RunSet) -> Figure:
         ax.set_xlabel(LAYER_LABEL)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax0.set_ylabel("RMS of the residual stream after the block")
-    fig.suptitle(f"Residual-stream RMS vs layer — {agg_note(rs)}")
+    fit_suptitle(fig, f"Residual-stream RMS vs layer — {agg_note(rs)}")
     add_legend(fig, variant_handles(rs, variants) + coincide_handles(rs, coinciding(curves)))
     return fig
 

@@ -126,3 +126,45 @@ def matrix_groups(mats: dict[str, pd.DataFrame]) -> list[list[str]]:
         x = np.concatenate([m.index.to_numpy(dtype=float), m.columns.to_numpy(dtype=float)])
         curves[v] = (x, m.to_numpy(dtype=float).ravel())
     return coinciding(curves)
+
+
+def first_value(stats: pd.DataFrame) -> float | None:
+    """The largest mean at the first logged step (where every run starts): the reference for capping an axis."""
+    if stats.empty:
+        return None
+    start = stats[stats[names.STEP] == stats[names.STEP].min()]["mean"].max()
+    return float(start) if pd.notna(start) else None
+
+
+def shown_values(
+    rs: RunSet,
+    stats: pd.DataFrame,
+    smooth: int,
+    bands: bool,
+    points: Sequence[tuple[str, int, float]],
+) -> pd.DataFrame:
+    """Every value an axis shows, as rows (variant, step, value): the unsmoothed means (what a smoothed
+    line stands for), the ± std band edges as drawn (smoothed, where n ≥ 2), and marker values of runs."""
+    frames = [stats[["variant", names.STEP, "mean"]].rename(columns={"mean": "value"})]
+    if bands:
+        for _, d in stats.groupby("variant", sort=False):
+            d = smooth_frame(d, smooth)
+            has = d["n"] >= 2 if "n" in d else pd.Series(False, index=d.index)
+            for sign in (-1.0, 1.0):
+                edge = d.loc[has, ["variant", names.STEP]].copy()
+                edge["value"] = (d["mean"] + sign * d["std"])[has].to_numpy(dtype=float)
+                frames.append(edge)
+    if points:
+        variant = rs.runs["variant"]
+        frames.append(
+            pd.DataFrame(
+                [(variant[run], step, value) for run, step, value in points],
+                columns=["variant", names.STEP, "value"],
+            )
+        )
+    out = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
+    return (
+        out.astype({"value": float})
+        if not out.empty
+        else pd.DataFrame(columns=["variant", names.STEP, "value"])
+    )

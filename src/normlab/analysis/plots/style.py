@@ -53,6 +53,50 @@ def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 10.0, height: f
     return fig, axes
 
 
+def fit_suptitle(fig: Figure, text: str, **kw: Any) -> Any:
+    """The figure's title, fitted to the figure's width (measured, not guessed: a long title would
+    otherwise be cut at both edges of the saved PNG): a line too wide is broken between its clauses
+    ("; "), as few times as fits, and a clause still too wide is wrapped at spaces."""
+    title = fig.suptitle(text, **kw)
+    renderer = _renderer(fig)
+    limit = 0.97 * fig.bbox.width
+
+    def fits(candidate: str) -> bool:
+        title.set_text(candidate)
+        return title.get_window_extent(renderer).width <= limit
+
+    if fits(text):
+        return title
+    lines: list[str] = []
+    for line in text.split("\n"):
+        clauses = line.split("; ")
+        current = clauses[0]
+        for clause in clauses[1:]:
+            if fits(f"{current}; {clause}"):
+                current = f"{current}; {clause}"
+            else:
+                lines.append(current + ";")
+                current = clause
+        lines.append(current)
+    for i, line in enumerate(lines):
+        chars = len(line)
+        while not fits(lines[i]) and chars > 16:
+            chars = max(16, int(chars * 0.9))
+            lines[i] = textwrap.fill(line, chars)
+    title.set_text("\n".join(lines))
+    return title
+
+
+def _renderer(fig: Figure) -> Any:
+    """A renderer to measure text with: the figure's own canvas's, or an Agg canvas's (a Figure made
+    without pyplot has a canvas that cannot render)."""
+    if not hasattr(fig.canvas, "get_renderer"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+    return fig.canvas.get_renderer()
+
+
 def metric_family(layer_name: Callable[[int], str]) -> str:
     """'act_rms/layer_i' from names.act_rms_layer: how messages name a per-layer metric family."""
     return layer_name(987654321).replace("987654321", "i")
