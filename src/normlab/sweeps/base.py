@@ -112,9 +112,11 @@ class SweepLauncher(Launcher):
 
 def print_crash(ret: JobReturn | None) -> None:
     """A crashed job's traceback on stderr, as a single run prints it (a failed one said its sentence)."""
+    if ret is None or ret.status != JobStatus.FAILED:
+        return
     from normlab.cli import JobFailed
 
-    if ret is not None and ret.status == JobStatus.FAILED and not isinstance(ret._return_value, JobFailed):
+    if not isinstance(ret._return_value, JobFailed):
         traceback.print_exception(ret._return_value)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -110,7 +111,7 @@ class LocalPoolLauncher(SweepLauncher):
         result = results / f"{job.num}.pkl"
         with signals_blocked():
             process = subprocess.Popen(
-                [sys.executable, "-m", "normlab.sweeps.worker", str(result)],
+                [sys.executable, "-m", "normlab.sweeps.worker", str(result), str(os.getpid())],
                 stdin=subprocess.PIPE,
                 start_new_session=True,  # signals reach it only through this process (normlab.sweeps.stop)
             )

@@ -1,4 +1,4 @@
-"""`python -m normlab.sweeps.worker RESULT_FILE`: one job of a local-pool sweep (normlab.sweeps.pool).
+"""`python -m normlab.sweeps.worker RESULT_FILE PARENT_PID`: one job of a local-pool sweep (normlab.sweeps.pool).
 
 Reads the pickled job from stdin — Hydra's context, the sweep's config, the task function, Hydra's global
 state, the job's number and overrides — runs it as Hydra's launchers do, and writes the JobReturn to
@@ -54,17 +54,25 @@ def picklable(ret: JobReturn) -> bytes:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv if argv is None else argv
-    result = Path(argv[1])
+    result, parent = Path(argv[1]), int(argv[2])
     payload = sys.stdin.buffer.read()
+    # everything the job imports, while the stop signals are still blocked: a signal that interrupted an
+    # import half-way would leave a module half-initialised (a pending one is delivered below, cleanly)
+    import normlab.cli  # noqa: F401
+    import normlab.train.run  # noqa: F401
+
+    if os.getppid() != parent or not payload:  # the sweep's parent is gone already: nothing to run
+        return
     ret: Any = None
     with StopRequest().installed():  # a signal before the run takes over: abandon the job (Interrupted)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        parent = os.getppid()
         watchdog.watch(parent, watchdog.start_time(parent))
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             ret = run(payload)
         except (Interrupted, KeyboardInterrupt):
             ret = None
+    for s in STOP_SIGNALS:  # the job is over: a late signal must not cut the result short
+        signal.signal(s, signal.SIG_IGN)
     print_crash(ret)
     write_bytes_atomic(result, picklable(ret) if ret is not None else cloudpickle.dumps(None))
 
