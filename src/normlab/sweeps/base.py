@@ -106,7 +106,7 @@ class SweepLauncher(Launcher):
         )
         for job in sweep.jobs:
             assert job.plan is not None
-            say(f"  #{job.num} {job.label}: {job.plan.sentence}")
+            say(f"  #{job.num} {job.label} — {job.plan.sentence}")
         sys.stderr.flush()
 
 

@@ -115,8 +115,7 @@ def report(
         return code
     head = f"stopped by {signal_name(stopped_by)}" if stopped_by is not None else "not finished"
     say(f"[sweep] {head}: {tally} — {sweep_dir}")
-    width = max(len(o.job.label) for o in outcomes)
     for o in outcomes:
-        say(f"  #{o.job.num} {o.job.label:<{width}}  {o.detail}")
+        say(f"  #{o.job.num} {o.job.label} — {o.detail}")
     say(f"continue the sweep with: {continue_command}")
     return code
