@@ -117,5 +117,6 @@ def report(
     say(f"[sweep] {head}: {tally} — {sweep_dir}")
     for o in outcomes:
         say(f"  #{o.job.num} {o.job.label} — {o.detail}")
-    say(f"continue the sweep with: {continue_command}")
+    if any(not o.finished and o.status != "invalid" for o in outcomes):  # an invalid job needs a new value
+        say(f"continue the sweep with: {continue_command}")
     return code
