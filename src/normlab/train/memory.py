@@ -106,6 +106,14 @@ def device_available(device: torch.device) -> int | None:
         return None
 
 
+def count(n: float) -> str:
+    """A parameter count as people say it: 137 K, 1.7 M, 4.22e+14."""
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}" if n < 1e3 * 1e12 else f"{n:.3g}"
+    return f"{n:.0f}"
+
+
 def size(n: float) -> str:
     for unit, scale in (("TiB", 1024**4), ("GiB", GIB), ("MiB", 1024**2)):
         if n >= scale:
@@ -123,7 +131,7 @@ def refusal(
     else:
         checks = [({**model_part, "windows": est.windows}, host, "this machine")]
     labels = {
-        "model": f"{est.params / 1e9:.3g} G parameters with their gradients and AdamW state",
+        "model": f"{count(est.params)} parameters with their gradients and AdamW state",
         "activations": "activations",
         "windows": "token windows",
     }
