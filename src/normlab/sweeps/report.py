@@ -73,9 +73,14 @@ def outcome(job: Job, ret: JobReturn | None, launched: bool, died: int | None = 
     if failed and (isinstance(ret._return_value, JobFailed) or status in (None, "running")):
         kind = "failed" if isinstance(ret._return_value, JobFailed) else "crashed"
         return Outcome(job, kind, f"{kind}: {ret._return_value}", run_dir)
-    if ret is None and (status == "running" or (status is None and died)):
+    if ret is None and (died or status == "running"):  # its process died without answering
         how = "" if not died else f" by {signal_name(-died)}" if died < 0 else f" with exit code {died}"
-        return Outcome(job, KILLED, f"killed: its process ended{how} without saving", run_dir)
+        before = (
+            ""
+            if status in (None, "running")
+            else f" (its summary.json still says: {describe(summary or {})})"
+        )
+        return Outcome(job, KILLED, f"killed: its process ended{how} without saving{before}", run_dir)
     if summary is None:  # stopped while Hydra was still setting the job up
         return Outcome(job, NOT_STARTED, NOT_STARTED, run_dir)
     return Outcome(job, str(status), describe(summary), run_dir)
@@ -91,7 +96,12 @@ def describe(summary: dict[str, Any]) -> str:
             else f"completed ({steps} steps)"
         )
     if status == "interrupted":
-        return f"interrupted by {summary.get('signal') or 'a signal'} at step {steps}"
+        when = (
+            "before training started"
+            if "before training" in str(summary.get("reason"))
+            else f"at step {steps}"
+        )
+        return f"interrupted by {summary.get('signal') or 'a signal'} {when}"
     return f"{status}: {summary.get('reason')}" if summary.get("reason") else str(status)
 
 
