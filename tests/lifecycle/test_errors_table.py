@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_run import ROOT, SYNTHETIC, CliRun
+from cli_run import ROOT, SYNTHETIC, CliRun, base_overrides
 
 README = ROOT / "README.md"
 HEADER = "| what goes wrong | status · exit | the sentence you get | what is kept |"
@@ -218,6 +219,28 @@ def _sweep_invalid(train_cli, trained_run, tmp_path, monkeypatch):
         == "completed"
     )
     return result, "depth"
+
+
+@case("`kill -TERM PID` of a `hydra/launcher=joblib` sweep's parent process alone")
+def _joblib_parent_sigterm(train_cli, trained_run, tmp_path, monkeypatch):
+    from normlab.sweeps.soak import SweepProcess, env, workers
+
+    sweep = tmp_path / "sweep"
+    args = [*base_overrides([], tmp_path / "cache"), "train.max_steps=100000", "train.flush_every=100000"]
+    args += ["seed=0,1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
+    proc = SweepProcess([str(ROOT / "train.py"), "-m", *args], tmp_path / "log", env())
+    deadline = time.monotonic() + 240
+    while len(list(sweep.glob("*/metrics.jsonl"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running = workers(proc.pid)
+    os.kill(proc.pid, signal.SIGTERM)
+    code, _ = proc.wait(240)
+    assert proc.lingering(10) == [] and len(running) == 2
+    for job in ("0_ln-pre-L2-w2-s0", "1_ln-pre-L2-w2-s1"):
+        summary = json.loads((sweep / job / "summary.json").read_text())
+        state = torch.load(sweep / job / "checkpoints" / "last.pt", weights_only=True)
+        assert summary["status"] == "interrupted" and state["step"] == summary["steps"] > 0
+    return CliRun(code or 0, (tmp_path / "log").read_text(), sweep / "0_ln-pre-L2-w2-s0"), "SIGTERM"
 
 
 @case("`hydra.run.dir` below a file")
