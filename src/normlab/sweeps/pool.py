@@ -93,8 +93,13 @@ class LocalPoolLauncher(SweepLauncher):
             with stop.installed():
                 while pending or running:
                     while pending and len(running) < n_jobs and not stop():
-                        job = pending.pop(0)
-                        running[job.num] = self._start(job, common, results)
+                        # blocked from the last check until the job is in `running`: a signal then either
+                        # came before (no job starts) or reaches it through the forwarding above
+                        with signals_blocked():
+                            if stop():
+                                break
+                            job = pending.pop(0)
+                            running[job.num] = self._start(job, common, results)
                     if stop():
                         pending.clear()
                     for num, r in list(running.items()):
@@ -108,13 +113,13 @@ class LocalPoolLauncher(SweepLauncher):
         return ran
 
     def _start(self, job: Job, common: bytes, results: Path) -> Running:
+        """Start `job`'s process; call with the stop signals blocked (see `signals_blocked`)."""
         result = results / f"{job.num}.pkl"
-        with signals_blocked():
-            process = subprocess.Popen(
-                [sys.executable, "-m", "normlab.sweeps.worker", str(result), str(os.getpid())],
-                stdin=subprocess.PIPE,
-                start_new_session=True,  # signals reach it only through this process (normlab.sweeps.stop)
-            )
+        process = subprocess.Popen(
+            [sys.executable, "-m", "normlab.sweeps.worker", str(result), str(os.getpid())],
+            stdin=subprocess.PIPE,
+            start_new_session=True,  # signals reach it only through this process (normlab.sweeps.stop)
+        )
         assert process.stdin is not None
         with contextlib.suppress(BrokenPipeError):  # it died at once: collect() says how
             process.stdin.write(cloudpickle.dumps((common, job.num, job.overrides)))

@@ -3,10 +3,12 @@
 The order matters for "nothing lost":
 
 1. the run directory: created, locked (one run at a time), stale temporary files of a killed writer removed;
+   with train.resume=auto, what the directory holds decides whether to skip, resume or start (train.resume);
 2. the config checked against the schemas, and the checkpoint to resume found and matched to the model —
    a bad value is `invalid`, a missing or damaged checkpoint `failed`, both before anything is built;
-3. device, data (its cache is built atomically), model; only then W&B, so a run that fails before training
-   opens no W&B run;
+3. the memory it needs against what is free (train.memory: a run that cannot fit is `invalid` in
+   milliseconds), then device, data (its cache is built atomically), model; only then W&B, so a run that
+   fails before training opens no W&B run;
 4. the loop, with signals deferred to step boundaries (train.signals); at the end — completed, diverged or
    interrupted — pending metrics are flushed, checkpoints/last.pt and summary.json are written atomically.
 
@@ -182,9 +184,8 @@ class Run:
     def _plan_auto(self) -> str | None:
         """train.resume=auto: SKIP (the summary there stays as it is), the checkpoint to resume, or None to
         start — again, if the directory holds rows of a run that saved no checkpoint (they are dropped)."""
-        plan = resume_plan.plan(
-            self.run_dir, self.cfg["train"]["max_steps"], check_lock=False
-        )  # the lock is ours
+        # check_lock=False: the lock is ours, so a `running` summary is a dead process's
+        plan = resume_plan.plan(self.run_dir, self.cfg["train"]["max_steps"], check_lock=False)
         log.info("train.resume=auto: %s: %s", self.run_dir, plan.sentence)
         if plan.action == resume_plan.SKIP:
             self.summary = RunSummary.read(self.run_dir)
