@@ -135,7 +135,7 @@ def test_the_sweep_resume_command_finishes_an_interrupted_sweep_bit_for_bit(tmp_
     """A job's process killed with SIGKILL after its first step checkpoint, then SIGTERM to the sweep while
     another job trains and a third waits; the printed command, its values reordered, finishes the sweep:
     every job completed, every step once, every row equal to an uninterrupted sweep's."""
-    steps = 80
+    steps = 200  # enough that the other job is still training when the sweep gets SIGTERM
     s = spec(tmp_path, cache_dir, jobs=3, steps=steps, ckpt_every=10)
     reference = SweepProcess(s.argv(tmp_path / "reference", resume=False), tmp_path / "ref.log", env())
     assert reference.wait(600)[0] == 0, (tmp_path / "ref.log").read_text()[-3000:]
@@ -151,7 +151,7 @@ def test_the_sweep_resume_command_finishes_an_interrupted_sweep_bit_for_bit(tmp_
     killed = [p for p in running if f"{os.sep}0.pkl" in Path(f"/proc/{p}/cmdline").read_text()]
     assert killed, running
     os.kill(killed[0], signal.SIGKILL)
-    time.sleep(0.5)
+    time.sleep(0.1)
     os.kill(sweep.pid, signal.SIGTERM)
     code, _ = sweep.wait(240)
     output = (tmp_path / "log").read_text()
