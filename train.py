@@ -4,7 +4,12 @@ The same entry point as `normlab-train` and `python -m normlab` (normlab.cli.mai
 configs/ (a link to src/normlab/configs, shipped with the package).
 """
 
-from normlab.cli import main
+import sys
 
 if __name__ == "__main__":
+    try:
+        from normlab.cli import main
+    except KeyboardInterrupt:  # Ctrl-C while torch and Hydra load: nothing started, nothing to save
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
     main()

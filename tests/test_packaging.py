@@ -1,4 +1,5 @@
-"""`pip install .` without a checkout: the wheel carries the configs and the normlab-train command."""
+"""`pip install .` without a checkout: the wheel carries the configs, the sweep launchers' Hydra plugin and the
+normlab-train command."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def test_wheel_ships_configs_data_and_entry_point(tmp_path):
     }
     assert in_checkout <= shipped, in_checkout - shipped
     assert "normlab/data/synthetic_words.json" in names  # the embedded corpus's word tables
+    # Hydra builds launchers only from its plugin namespace: normlab's sweep launchers ship there
+    assert "hydra_plugins/normlab_launchers/__init__.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "normlab-train = normlab.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -40,3 +40,21 @@ def test_hub_offline_constants_exist():
 
     assert isinstance(huggingface_hub.constants.HF_HUB_OFFLINE, bool)
     assert isinstance(datasets.config.HF_HUB_OFFLINE, bool)
+
+
+def test_submitit_starts_local_controllers_with_its_module_subprocess_popen():
+    """normlab.sweeps.submitit starts local submitit jobs in sessions of their own by swapping the
+    `subprocess` that submitit's local launcher calls Popen through, while it submits."""
+    import inspect
+
+    import submitit.local.local as local
+
+    from normlab.sweeps.submitit import isolated_sessions
+
+    assert "subprocess.Popen(" in inspect.getsource(local.start_controller)
+    with isolated_sessions():
+        assert local.subprocess.Popen.keywords == {"start_new_session": True}
+        assert local.subprocess.PIPE == -1  # everything else is the real module's
+    import subprocess
+
+    assert local.subprocess is subprocess

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from tiny_run import CORPUS, LOOP
 
 from normlab import launchers
@@ -34,14 +35,20 @@ COMMON = [
 ]
 
 
-def sweep(tmp_path: Path, cache_dir: Path, *overrides: str, wait: bool = True):
+def sweep(tmp_path: Path, cache_dir: Path, *overrides: str, wait: bool = True, session: bool = False):
     cmd = [sys.executable, TRAIN_PY, "-m", *COMMON, f"data.cache_dir={cache_dir}", *overrides]
     cmd.append(f"hydra.sweep.dir={tmp_path / 'sweep'}")
     env = {**os.environ, "WANDB_MODE": "disabled"}
     if wait:
         return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     return subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=session,  # its own process group, as a terminal gives it
     )
 
 
@@ -94,6 +101,57 @@ def test_preempted_job_is_requeued_and_resumes_its_run(tmp_path, cache_dir):
     assert summary["resumed_from"], summary  # the requeued job continued from the checkpoint
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == list(range(steps))  # no gap, no duplicate
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the job's process through /proc")
+@pytest.mark.parametrize("target", ["group", "parent"])
+def test_a_signal_to_the_sweep_stops_every_local_job_saved(tmp_path, cache_dir, target):
+    """SIGINT to the sweep's process group (Ctrl-C) or SIGTERM to its parent alone: each submitit job stops
+    at a step boundary with last.pt and summary.json, and no job process outlives the parent."""
+    signum = signal.SIGINT if target == "group" else signal.SIGTERM
+    proc = sweep(
+        tmp_path,
+        cache_dir,
+        "seed=0,1",
+        "train.max_steps=100000",
+        "train.flush_every=100000",
+        wait=False,
+        session=True,
+    )
+    sweep_dir = tmp_path / "sweep"
+    deadline = time.monotonic() + 240
+    while (
+        time.monotonic() < deadline
+        and len(list(sweep_dir.glob("*/checkpoints"))) + len(training(sweep_dir)) < 2
+    ):
+        assert proc.poll() is None, proc.stdout.read()[-3000:] if proc.stdout else ""
+        time.sleep(0.1)
+    tasks = task_pids(sweep_dir)
+    assert len(tasks) == 2, tasks
+    if target == "group":
+        os.killpg(proc.pid, signum)
+    else:
+        os.kill(proc.pid, signum)
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 128 + signum, out[-4000:]
+    assert f"[sweep] stopped by {signal.Signals(signum).name}: 2 interrupted" in out, out[-3000:]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and task_pids(sweep_dir):
+        time.sleep(0.1)
+    assert task_pids(sweep_dir) == []
+    for name, summary in summaries(sweep_dir).items():
+        assert summary["status"] == "interrupted" and summary["signal"] == signal.Signals(signum).name, (
+            summary
+        )
+        last = torch.load(sweep_dir / name / "checkpoints" / "last.pt", weights_only=True, mmap=True)
+        assert last["step"] == summary["steps"] > 0
+
+
+def training(sweep_dir: Path) -> list[Path]:
+    """Job directories whose run is in its training loop (it has written summary.json `running` and rows)."""
+    return [
+        d for d in sweep_dir.glob("*_*") if (d / "summary.json").exists() and (d / "metrics.jsonl").exists()
+    ]
 
 
 def test_preemption_signal_is_a_requeue_inside_submitit_only(monkeypatch, tmp_path):

@@ -2,14 +2,15 @@
 
 Exit codes of `python train.py` (README "When something goes wrong"):
 
-- 0: completed, diverged or invalid (a sweep goes on past a bad job);
-- 2: failed — the environment (data, network, device, disk, a run directory in use) or a Hydra-level
-  mistake (an unknown option or setting, an override that does not parse): one sentence, nothing written;
+- 0: completed or diverged (or, with train.resume=auto, already completed);
+- 2: invalid (a bad config value or combination; summary.json written) or failed — the environment (data,
+  network, device, disk, a run directory in use) or a Hydra-level mistake (an unknown option or setting, an
+  override that does not parse): one sentence;
 - 128 + N: interrupted by signal N (130 Ctrl-C, 143 SIGTERM, 138 SIGUSR1), after saving;
 - 1: crashed — a bug; the traceback is printed and kept in summary.json.
 
-In a multirun a failed job does not stop the sweep: the other jobs run, and the sweep exits 2 at the end
-naming the first failure. An interrupted job stops the sweep (the signal was meant for all of it).
+In a multirun a job never ends the sweep's process: each ending is recorded in its summary.json and the
+sweep's launcher (normlab.sweeps) reports every job and sets the sweep's exit code at the end.
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from normlab import distributed, launchers
 from normlab.errors import UserError
+from normlab.sweeps.command import hydra_value, sweep_command
+from normlab.train.resume import AUTO
+from normlab.train.run_dir import holds_results, in_use
 
 log = logging.getLogger("normlab")
 
 EXIT_FAILED = 2
+EXIT_INVALID = 2
 EXIT_CRASHED = 1
 
 
@@ -80,13 +85,6 @@ def resume_command(run_dir: Path, resume: str | None) -> str:
     return shlex.join([*launcher, "train.py", *overrides, *extra])
 
 
-def hydra_value(text: str) -> str:
-    """A path as a Hydra override value: quoted when Hydra's grammar would split or interpret it."""
-    if re.fullmatch(r"[\w./~+-]+", text):
-        return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def run_hydra_job(cfg: DictConfig) -> float | None:
     """Run one job; returns the final validation loss (for Hydra sweepers), None if it has none."""
     from normlab.train.run import Run
@@ -119,14 +117,23 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         raise
     status = summary["status"]
     if status == "failed":
-        fail(summary["reason"], multirun, summary.get("resume_command"))
+        print(f"error: {summary['reason']}", file=sys.stderr)
+        if summary.get("resume_command") and not multirun:
+            print(f"continue with: {summary['resume_command']}", file=sys.stderr)
+        if not multirun:  # in a sweep: recorded, and the sweep reports it at the end
+            sys.exit(EXIT_FAILED)
+    elif status == "invalid":  # the run already logged its one sentence
+        if not multirun:
+            sys.exit(EXIT_INVALID)
     elif status == "interrupted":
         print(f"interrupted: {summary['reason']} Summary in {run_dir / 'summary.json'}.", file=sys.stderr)
         launchers.hand_back(run.stop)  # submitit's preemption signal: it requeues the job and exits
+        if multirun:  # the sweep stops and prints the one command that continues all of it
+            return None
         if summary.get("resume_command"):
             print(f"resume with: {summary['resume_command']}", file=sys.stderr)
         sys.exit(run.exit_code())
-    elif status != "invalid":  # invalid: the run already logged its one sentence
+    else:
         log.info(
             "%s: %s after %d steps, final val loss %s (%s)",
             summary["name"],
@@ -138,11 +145,9 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
     return summary["final_val_loss"]
 
 
-def fail(reason: str, multirun: bool, command: str | None = None) -> None:
+def fail(reason: str, multirun: bool) -> None:
     print(f"error: {reason}", file=sys.stderr)
-    if command:
-        print(f"continue with: {command}", file=sys.stderr)
-    if multirun:
+    if multirun:  # Hydra records the job as failed; the sweep reports it at the end
         raise JobFailed(reason)
     sys.exit(EXIT_FAILED)
 
@@ -164,13 +169,13 @@ def run_dir_problem(directory: Path, resume: str | None) -> str | None:
             break
     if not directory.is_dir():
         return None
-    if run_dir_in_use(directory):
+    if in_use(directory):
         return (
             f"Another run is using {directory} right now (it holds .run.lock); wait for it to end, or point "
             "hydra.run.dir somewhere else."
         )
-    if not holds_results(directory):
-        return None  # nothing there worth keeping (e.g. the summary of an invalid run): reuse it
+    if not holds_results(directory) or resume == AUTO:
+        return None  # nothing there worth keeping (e.g. the summary of an invalid run), or continuing it
     if resume:
         with contextlib.suppress(OSError):
             target = Path(resume).expanduser().resolve()
@@ -181,47 +186,26 @@ def run_dir_problem(directory: Path, resume: str | None) -> str | None:
         import json
 
         status = f" (status: {json.loads((directory / 'summary.json').read_text())['status']})"
+    where = hydra_value(str(directory))
     return (
-        f"{directory} already holds a run{status}; continue it with train.resume={directory} "
-        f"hydra.run.dir={directory}, or choose a new hydra.run.dir so nothing there is overwritten."
+        f"{directory} already holds a run{status}; continue it with train.resume=auto hydra.run.dir={where} "
+        "(from its newest checkpoint, or from step 0 if it saved none), or choose a new hydra.run.dir so "
+        "nothing there is overwritten."
     )
 
 
-def holds_results(directory: Path) -> bool:
-    """Whether a run trained here: metrics rows or checkpoints (an invalid or failed run leaves neither)."""
-    checkpoints = directory / "checkpoints"
-    return (directory / "metrics.jsonl").exists() or (checkpoints.is_dir() and any(checkpoints.glob("*.pt")))
-
-
-def run_dir_in_use(directory: Path) -> bool:
-    """Whether a live process holds the run directory's lock (the lock file alone proves nothing)."""
-    from filelock import FileLock, Timeout
-
-    from normlab.train.run_dir import LOCK_FILE
-
-    path = directory / LOCK_FILE
-    if not path.exists():
-        return False
-    lock = FileLock(str(path))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    except OSError:
-        return False
-    lock.release()
-    return False
-
-
-def sweep_dir_problem(directory: Path) -> str | None:
+def sweep_dir_problem(directory: Path, config: DictConfig) -> str | None:
+    """Why the sweep directory cannot take this sweep, or None; one that holds an earlier sweep's runs is
+    continued only with train.resume=auto (normlab.sweeps: finished jobs skipped, the others resumed)."""
     problem = run_dir_problem(directory, None)
     if problem is not None or not directory.is_dir():
         return problem
     jobs = [p for p in directory.iterdir() if p.is_dir() and holds_results(p)]
-    if jobs:
+    if jobs and _select(config, "train.resume") != AUTO:
         return (
-            f"{directory} already holds a sweep ({len(set(jobs))} runs); choose a new hydra.sweep.dir (or delete "
-            "that directory) so nothing there is overwritten."
+            f"{directory} already holds a sweep ({len(jobs)} runs); continue it with {sweep_command(config)} "
+            "(finished jobs are skipped, the others resumed or started), or choose a new hydra.sweep.dir so "
+            "nothing there is overwritten."
         )
     return None
 
@@ -239,7 +223,7 @@ class RunDirGuard(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         directory = _select(config, "hydra.sweep.dir")
         if directory is not None:
-            self._refuse(sweep_dir_problem(Path(directory)))
+            self._refuse(sweep_dir_problem(Path(directory), config))
 
     @staticmethod
     def _refuse(problem: str | None) -> None:

@@ -87,6 +87,17 @@ class SweepProgress(Callback):
         print(progress_line(done, state.get("total"), label, elapsed), file=sys.stderr, flush=True)
 
 
+def mark_done(sweep_dir: Path, nums: list[int]) -> None:
+    """Count jobs a continued sweep skips (they finished in an earlier invocation) as done."""
+    if not nums:
+        return
+    fd = os.open(sweep_dir / DONE_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, "".join(f"{n}\n" for n in nums).encode())
+    finally:
+        os.close(fd)
+
+
 def job_status(run_dir: Path, job_return: Any) -> str:
     """The run's summary.json status, else Hydra's view of the job (completed / failed)."""
     try:

@@ -43,4 +43,5 @@ def test_a_sweep_goes_on_past_a_failed_job_and_exits_2(train_cli, tmp_path):
         for job in sorted(p.name for p in sweep.iterdir() if (p / "summary.json").exists())
     ]
     assert statuses == ["failed", "completed"]
-    assert "error: a job of this sweep failed: data.path=" in result.output
+    assert "[sweep] not finished: 1 failed, 1 completed" in result.output
+    assert "— failed: data.path=" in result.output and "continue the sweep with: " in result.output

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_run import ROOT, SYNTHETIC, CliRun
+from cli_run import ROOT, SYNTHETIC, CliRun, base_overrides
 
 README = ROOT / "README.md"
 HEADER = "| what goes wrong | status · exit | the sentence you get | what is kept |"
@@ -120,6 +121,128 @@ def _resume_other_model(train_cli, trained_run, tmp_path, monkeypatch):
     return result, "depth"
 
 
+@case("resuming an `ln` run with `norm=rms`")
+def _resume_other_norm(train_cli, trained_run, tmp_path, monkeypatch):
+    return train_cli(f"train.resume={trained_run}", "norm=rms"), "norm"
+
+
+def killed_run(trained_run: Path, dst: Path, keep: tuple[str, ...]) -> Path:
+    """A copy of the 3-step run as SIGKILL leaves one: summary.json `running`, only `keep`'s checkpoints."""
+    run = copy_run(trained_run, dst)
+    for ckpt in (run / "checkpoints").glob("*.pt"):
+        if ckpt.name not in keep:
+            ckpt.unlink()
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    return run
+
+
+@case("`train.resume=auto` in the directory of a run killed (SIGKILL) after a step checkpoint")
+def _auto_after_kill(train_cli, trained_run, tmp_path, monkeypatch):
+    run = killed_run(trained_run, tmp_path / "killed", keep=("step_000002.pt",))
+    result = train_cli("train.resume=auto", "train.max_steps=4", run_dir=run)
+    assert [r["step"] for r in result.rows() if "loss" in r] == [0, 1, 2, 3]  # step 2 on again, none twice
+    return result, "step_000002.pt"
+
+
+@case("`train.resume=auto` in the directory of a run killed before its first checkpoint")
+def _auto_no_checkpoint(train_cli, trained_run, tmp_path, monkeypatch):
+    run = killed_run(trained_run, tmp_path / "killed", keep=())
+    result = train_cli("train.resume=auto", run_dir=run)
+    assert [r["step"] for r in result.rows() if "loss" in r] == [0, 1, 2]
+    return result, "step 0"
+
+
+@case("`train.resume=DIR` where the run in DIR saved no checkpoint")
+def _resume_no_checkpoint(train_cli, trained_run, tmp_path, monkeypatch):
+    run = killed_run(trained_run, tmp_path / "killed", keep=())
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    result = train_cli(f"train.resume={run}")
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    return result, "train.resume=auto"
+
+
+def sweep_cli(train_cli, sweep: Path, *overrides: str, job: str | None = None) -> CliRun:
+    """train.py -m in this process (the basic launcher); the result's run_dir is the job directory `job`."""
+    result = train_cli("-m", *overrides, f"hydra.sweep.dir={sweep}")
+    return CliRun(result.code, result.output, sweep / job if job else result.run_dir)
+
+
+@case("Ctrl-C during a sweep (`-m`)")
+def _sweep_ctrl_c(train_cli, trained_run, tmp_path, monkeypatch):
+    emit_hook(monkeypatch, 1, self_signal(signal.SIGINT))
+    result = sweep_cli(
+        train_cli,
+        tmp_path / "sweep",
+        "seed=0,1",
+        "train.max_steps=50",
+        "train.flush_every=1",
+        job="0_ln-pre-L2-w2-s0",
+    )
+    assert not (tmp_path / "sweep" / "1_ln-pre-L2-w2-s1").exists()  # no job starts after the signal
+    assert "continue the sweep with: python train.py -m " in result.output
+    return result, "SIGINT"
+
+
+@case("that sweep's continue command (the same `-m` command with `train.resume=auto`)")
+def _sweep_continue(train_cli, trained_run, tmp_path, monkeypatch):
+    first = _sweep_ctrl_c(train_cli, trained_run, tmp_path, monkeypatch)[0]
+    assert first.code == 130
+    overrides = ("seed=0,1", "train.max_steps=50", "train.flush_every=1", "train.resume=auto")
+    result = sweep_cli(train_cli, tmp_path / "sweep", *overrides, job="0_ln-pre-L2-w2-s0")
+    for job in ("0_ln-pre-L2-w2-s0", "1_ln-pre-L2-w2-s1"):
+        rows = CliRun(0, "", tmp_path / "sweep" / job).rows()
+        assert [r["step"] for r in rows if "loss" in r] == list(range(50))
+    return result, "continuing"
+
+
+@case("the same `-m` command into a directory that holds a sweep, without `train.resume=auto`")
+def _sweep_again(train_cli, trained_run, tmp_path, monkeypatch):
+    assert sweep_cli(train_cli, tmp_path / "sweep", "seed=0").code == 0
+    return sweep_cli(train_cli, tmp_path / "sweep", "seed=0"), "hydra.sweep.dir"
+
+
+@case("continuing a sweep while another process runs one of its jobs")
+def _sweep_busy(train_cli, trained_run, tmp_path, monkeypatch):
+    from filelock import FileLock
+
+    assert sweep_cli(train_cli, tmp_path / "sweep", "seed=0").code == 0
+    with FileLock(str(tmp_path / "sweep" / "0_ln-pre-L2-w2-s0" / ".run.lock")):
+        return sweep_cli(train_cli, tmp_path / "sweep", "seed=0", "train.resume=auto"), ".run.lock"
+
+
+@case("a sweep with an invalid job (`-m depth=0,2`)")
+def _sweep_invalid(train_cli, trained_run, tmp_path, monkeypatch):
+    result = sweep_cli(train_cli, tmp_path / "sweep", "depth=0,2", job="0_ln-pre-L0-w2-s0")
+    assert (
+        json.loads((tmp_path / "sweep" / "1_ln-pre-L2-w2-s0" / "summary.json").read_text())["status"]
+        == "completed"
+    )
+    return result, "depth"
+
+
+@case("`kill -TERM PID` of a `hydra/launcher=joblib` sweep's parent process alone")
+def _joblib_parent_sigterm(train_cli, trained_run, tmp_path, monkeypatch):
+    from normlab.sweeps.soak import SweepProcess, env, workers
+
+    sweep = tmp_path / "sweep"
+    args = [*base_overrides([], tmp_path / "cache"), "train.max_steps=100000", "train.flush_every=100000"]
+    args += ["seed=0,1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
+    proc = SweepProcess([str(ROOT / "train.py"), "-m", *args], tmp_path / "log", env())
+    deadline = time.monotonic() + 240
+    while len(list(sweep.glob("*/metrics.jsonl"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running = workers(proc.pid)
+    os.kill(proc.pid, signal.SIGTERM)
+    code, _ = proc.wait(240)
+    assert proc.lingering(10) == [] and len(running) == 2
+    for job in ("0_ln-pre-L2-w2-s0", "1_ln-pre-L2-w2-s1"):
+        summary = json.loads((sweep / job / "summary.json").read_text())
+        state = torch.load(sweep / job / "checkpoints" / "last.pt", weights_only=True)
+        assert summary["status"] == "interrupted" and state["step"] == summary["steps"] > 0
+    return CliRun(code or 0, (tmp_path / "log").read_text(), sweep / "0_ln-pre-L2-w2-s0"), "SIGTERM"
+
+
 @case("`hydra.run.dir` below a file")
 def _run_dir_below_file(train_cli, trained_run, tmp_path, monkeypatch):
     (tmp_path / "a-file").write_text("")
@@ -187,6 +310,9 @@ CASES["`data=text` with a Latin-1 (not UTF-8) text file"] = text_corpus_case(
     "Le café était fermé.\n\nIl pleuvait à Noël.\n".encode("latin-1")
 )
 CASES["`data=text` with an empty file"] = text_corpus_case(b"")
+CASES["`data=text` with a corpus shorter than one window"] = text_corpus_case(
+    "\n\n".join(f"Tale {i}." for i in range(8)).encode()
+)
 
 
 @case("`train.device=cuda` on a machine without CUDA")

@@ -88,3 +88,18 @@ def test_profile_norm_measures_both_norms(tiny):
         assert 0 < result["flops"][norm]["norm_flop_share"] < 0.5
     json.dumps(result)  # stored next to the sweep as JSON
     assert len(profile_norm.summary_lines(result)) == 3
+
+
+def test_a_preset_whose_grid_holds_invalid_combinations_is_not_a_failure(tmp_path):
+    """deepnet_model_update sweeps norm=ln,deepnorm × placement=pre,post: deepnorm-pre is invalid, recorded
+    and skipped; the sweep then exits 2, which scripts/reproduce.py does not count as a failed finding."""
+    from normlab.analysis.reproduce import only_invalid_skipped
+
+    for name, status in (("0_a", "completed"), ("1_b", "invalid"), ("2_c", "diverged")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"status": status}))
+    assert only_invalid_skipped(tmp_path)
+    (tmp_path / "3_d").mkdir()
+    (tmp_path / "3_d" / "summary.json").write_text(json.dumps({"status": "failed"}))
+    assert not only_invalid_skipped(tmp_path)
+    assert not only_invalid_skipped(tmp_path / "absent")

@@ -94,11 +94,33 @@ def tokenizer_spec(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def load_corpus(data_cfg: Mapping[str, Any], *, progress: bool = True) -> TokenCorpus:
+class CorpusTooShort(UserError):
+    """A split has fewer tokens than one training window needs; raised before a new cache entry is kept."""
+
+    def __init__(self, split: str, n_tokens: int, min_tokens: int) -> None:
+        super().__init__(
+            f"the {split} split has {n_tokens} tokens, fewer than the {min_tokens} one window needs"
+        )
+        self.split, self.n_tokens, self.min_tokens = split, n_tokens, min_tokens
+
+
+def check_length(meta: Mapping[str, Any], min_tokens: int | None) -> None:
+    """CorpusTooShort unless both splits hold `min_tokens` tokens (one window and its next-token target)."""
+    if not min_tokens:
+        return
+    for split, key in (("training", "train_tokens"), ("validation", "val_tokens")):
+        if meta[key] < min_tokens:
+            raise CorpusTooShort(split, int(meta[key]), min_tokens)
+
+
+def load_corpus(
+    data_cfg: Mapping[str, Any], *, progress: bool = True, min_tokens: int | None = None
+) -> TokenCorpus:
     """Tokenize the corpus that `data_cfg` (the resolved `data` config group) names, or reuse its cache.
 
     The first call builds the tokenizer and the token ids under the cache directory; later calls with
-    the same settings only open the files. Safe to call from many processes at once.
+    the same settings only open the files. Safe to call from many processes at once. `min_tokens`: each
+    split must hold at least that many tokens (CorpusTooShort otherwise; a new entry is then not kept).
     """
     cfg = _plain(data_cfg)
     source = make_source(cfg, progress)
@@ -119,7 +141,7 @@ def load_corpus(data_cfg: Mapping[str, Any], *, progress: bool = True) -> TokenC
         return train_bpe(texts, tok_spec["bpe_vocab_size"], length=total)
 
     def build(folder: Path) -> dict[str, Any]:
-        return cache.build_entry(
+        meta = cache.build_entry(
             folder,
             spec,
             make_tokenizer,
@@ -130,8 +152,11 @@ def load_corpus(data_cfg: Mapping[str, Any], *, progress: bool = True) -> TokenC
             info=source.info,
             progress=progress,
         )
+        check_length(meta, min_tokens)  # inside the build: a corpus too short leaves no cache entry
+        return meta
 
     entry, meta = cache.get_or_build(root, source.name, spec, build, check=source.check_readable)
+    check_length(meta, min_tokens)  # an entry built earlier for shorter windows
     if meta.get("built_by_pid") == os.getpid() and meta.get("build_seconds") is not None:
         log.info(
             "data cache %s: %d train tokens (%d stories), %d validation tokens, vocab %d, built in %.1fs",

@@ -95,6 +95,18 @@ def candidates(directory: Path) -> list[Path]:
     return [p for _, _, p in sorted(found, reverse=True)]
 
 
+def newest(directory: Path) -> tuple[Path, int] | None:
+    """The newest readable checkpoint in `directory` (RUN_DIR/checkpoints) and its step, or None."""
+    for p in candidates(directory):
+        if m := STEP_FILE.fullmatch(p.name):
+            return p, int(m.group(1))
+        try:
+            return p, int(_read(p, mmap=True)["step"])
+        except Exception:  # a damaged last.pt: an older step_N.pt may do
+            continue
+    return None
+
+
 def resolve(resume: str | os.PathLike[str]) -> Path:
     """The absolute path `train.resume` names (relative to where the command was started)."""
     from normlab.data.cache import absolute
@@ -126,7 +138,8 @@ def find_checkpoint(resume: str | os.PathLike[str]) -> Checkpoint:
     if not files:
         raise UserError(
             f"No checkpoint in {path}: looked for {CHECKPOINT_DIR}/{LAST} and {CHECKPOINT_DIR}/step_N.pt; pass the "
-            "run directory of a run that saved one, or start afresh without train.resume."
+            f"run directory of a run that saved one, or run train.resume=auto hydra.run.dir={path}, which "
+            "restarts the run there from step 0."
         )
     problems = []
     for p in files:
@@ -167,6 +180,18 @@ def model_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> l
     return diffs
 
 
+def root_causes(diffs: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
+    """The differences a user typed first: a group choice (norm, placement, depth) before the keys it sets —
+    and a different norm without its own knobs (bias, eps), which change with it."""
+    norm_changed = any(k == "model.norm.name" for k, _, _ in diffs)
+    kept = [
+        d
+        for d in diffs
+        if not (norm_changed and d[0].startswith("model.norm.") and d[0] != "model.norm.name")
+    ]
+    return sorted(kept, key=lambda d: d[0] not in KEY_NAMES)
+
+
 def check_compatible(ckpt: Checkpoint, model_config: Mapping[str, Any]) -> None:
     """InvalidConfig naming every differing model key when `ckpt` was trained with another model config."""
     saved = ckpt.state.get(MODEL_CONFIG_KEY)
@@ -174,7 +199,7 @@ def check_compatible(ckpt: Checkpoint, model_config: Mapping[str, Any]) -> None:
         return  # older checkpoints: load_model_state then reports the tensors that do not fit
     if isinstance(saved.get("placement"), str):  # saved before the model took the whole placement group
         saved = {**saved, "placement": {"name": saved["placement"]}}
-    diffs = model_differences(saved, model_config)
+    diffs = root_causes(model_differences(saved, model_config))
     if not diffs:
         return
     from normlab.config.check import shown

@@ -3,10 +3,12 @@
 The order matters for "nothing lost":
 
 1. the run directory: created, locked (one run at a time), stale temporary files of a killed writer removed;
+   with train.resume=auto, what the directory holds decides whether to skip, resume or start (train.resume);
 2. the config checked against the schemas, and the checkpoint to resume found and matched to the model —
    a bad value is `invalid`, a missing or damaged checkpoint `failed`, both before anything is built;
-3. device, data (its cache is built atomically), model; only then W&B, so a run that fails before training
-   opens no W&B run;
+3. the memory it needs against what is free (train.memory: a run that cannot fit is `invalid` in
+   milliseconds), then device, data (its cache is built atomically), model; only then W&B, so a run that
+   fails before training opens no W&B run;
 4. the loop, with signals deferred to step boundaries (train.signals); at the end — completed, diverged or
    interrupted — pending metrics are flushed, checkpoints/last.pt and summary.json are written atomically.
 
@@ -33,7 +35,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from normlab.config import checked
-from normlab.data import load_corpus
+from normlab.data import TokenCorpus, load_corpus
+from normlab.data.corpus import CorpusTooShort
 from normlab.data.unigram import baseline_unigram_loss, did_learn
 from normlab.distributed import SINGLE, Dist
 from normlab.errors import InvalidConfig, UserError
@@ -42,19 +45,21 @@ from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.model import block_formula
-from normlab.train import checkpoint, flops, outcome, step_time
+from normlab.train import checkpoint, flops, memory, outcome, step_time
+from normlab.train import resume as resume_plan
 from normlab.train.callbacks import Callback, Checkpoints, ProgressBar
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import LoopResult, Trainer
-from normlab.train.run_dir import DISK_ERRNOS, LOCK_FILE, RunDirectory, disk_error
+from normlab.train.resume import AUTO
+from normlab.train.run_dir import DISK_ERRNOS, LOCK_FILE, METRICS_FILE, RunDirectory, disk_error
 from normlab.train.sample import generate
 from normlab.train.signals import Interrupted, StopRequest, exit_code, signal_name
 from normlab.train.summary import SUMMARY_FILE, RunSummary
 
 log = logging.getLogger("normlab")
 
-METRICS_FILE = "metrics.jsonl"
 SAMPLE_FILE = "sample.txt"
+SKIP = "skip"  # _plan_auto's answer for a run that has nothing left to do
 
 # Builds the command that continues a run: (run dir, train.resume value or None for a fresh start) → str.
 ResumeCommand = Callable[[Path, "str | None"], str]
@@ -134,6 +139,7 @@ class Run:
         self.summary = RunSummary()
         self.trainer: Trainer | None = None
         self.ckpt: Checkpoint | None = None
+        self.restart = False  # train.resume=auto starting a run again: drop the rows there first
         self.directory = RunDirectory(self.run_dir, (CHECKPOINT_DIR, SPIKES_DIR))
 
     # ------------------------------------------------------------------------------------------------
@@ -170,6 +176,10 @@ class Run:
             self.cfg = checked(self.cfg_node)
             self._echo_config()
             resume = self.cfg["train"]["resume"]
+            if resume == AUTO:
+                resume = self._plan_auto()
+                if resume == SKIP:
+                    return
             if resume:
                 self.ckpt = checkpoint.find_checkpoint(resume)
                 checkpoint.check_compatible(self.ckpt, self.cfg["model"])
@@ -185,6 +195,11 @@ class Run:
                 self._crash(e)
                 raise
             self._end("failed", reason=str(disk_error(e)))
+        except Exception as e:
+            if not memory.out_of_memory(e):  # a bug
+                self._crash(e)
+                raise
+            self._end("failed", reason=str(memory.out_of_memory_error(e)))
         except (Interrupted, KeyboardInterrupt) as e:
             signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
             forced = isinstance(e, Interrupted) and e.forced
@@ -195,6 +210,18 @@ class Run:
         finally:
             if self.wandb is not None:  # however the run ended, so a multirun logs each job as its own run
                 self.wandb.finish(self.summary.to_dict())
+
+    def _plan_auto(self) -> str | None:
+        """train.resume=auto: SKIP (the summary there stays as it is), the checkpoint to resume, or None to
+        start — again, if the directory holds rows of a run that saved no checkpoint (they are dropped)."""
+        # check_lock=False: the lock is ours, so a `running` summary is a dead process's
+        plan = resume_plan.plan(self.run_dir, self.cfg["train"]["max_steps"], check_lock=False)
+        log.info("train.resume=auto: %s: %s", self.run_dir, plan.sentence)
+        if plan.action == resume_plan.SKIP:
+            self.summary = RunSummary.read(self.run_dir)
+            return SKIP
+        self.restart = plan.action == resume_plan.START
+        return str(plan.checkpoint) if plan.checkpoint is not None else None
 
     def _echo_config(self) -> None:
         """Copy the config's identity (norm, placement, depth, ...) into the summary, as far as it resolves."""
@@ -295,6 +322,7 @@ class Run:
             torch.set_num_threads(self.num_threads)
         torch.manual_seed(cfg["seed"])
         device = self.dist.device(pick_device(tcfg["device"]))
+        memory.check_fits(cfg, device, self.dist.world_size)  # before anything is allocated
         if device.type == "cuda":  # TF32 tensor cores for float32 matmuls (train.peak_flops counts them)
             torch.set_float32_matmul_precision("high")
         self.summary.update(device=device_label(device))
@@ -303,7 +331,7 @@ class Run:
         if device.type == "cpu" and self.dist.world_size == 1:
             for line in step_time.cpu_lines(model, cfg):
                 log.info(line)
-        corpus = load_corpus(cfg["data"], progress=self._progress_enabled())
+        corpus = self._load_corpus()
         if corpus.vocab_size > cfg["model"]["vocab_size"]:
             raise InvalidConfig(
                 f"model.vocab_size={cfg['model']['vocab_size']} is smaller than the tokenizer's "
@@ -371,6 +399,19 @@ class Run:
                 write_text_atomic(self.run_dir / SAMPLE_FILE, text + "\n")
                 log.info("sample: %s", text)
 
+    def _load_corpus(self) -> TokenCorpus:
+        data, seq_len = self.cfg["data"], self.cfg["train"]["seq_len"]
+        try:
+            return load_corpus(data, progress=self._progress_enabled(), min_tokens=seq_len + 1)
+        except CorpusTooShort as e:
+            where = f" (data.path={data['path']})" if data.get("path") else ""
+            raise InvalidConfig(
+                f"The {e.split} split of data={data['name']}{where} has {e.n_tokens} tokens, fewer than one "
+                f"window of train.seq_len={seq_len} and its next-token target; lower train.seq_len or use a "
+                "longer corpus (data.path).",
+                "train.seq_len",
+            ) from None
+
     def _default_group(self) -> str:
         return str(self.cfg["experiment_name"])
 
@@ -381,7 +422,7 @@ class Run:
         sink: JsonlSink | None = None
         callbacks: list[Callback] = []
         if self.dist.is_main:  # the rows are rank 0's to write
-            sink = JsonlSink(self.run_dir / METRICS_FILE, resume_step=resume_step)
+            sink = JsonlSink(self.run_dir / METRICS_FILE, resume_step=0 if self.restart else resume_step)
             callbacks = [
                 sink,
                 *([self.wandb] if self.wandb is not None else []),

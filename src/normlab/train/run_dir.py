@@ -1,4 +1,9 @@
-"""A run's directory: made writable, held by one run at a time, swept of a killed writer's temporary files."""
+"""A run's directory: made writable, held by one run at a time, swept of a killed writer's temporary files.
+
+The lock is an OS file lock (flock) on `.run.lock`: the kernel releases it when its process ends however it
+ends (SIGKILL, out of memory, power loss), so a `running` summary.json beside a free lock means that run
+died without saving — `in_use` tells the two apart.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from normlab.io import remove_stale_temps
 log = logging.getLogger("normlab")
 
 LOCK_FILE = ".run.lock"
+METRICS_FILE = "metrics.jsonl"
 # OSErrors that mean "the disk", not a bug: full, over quota, read-only, gone
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
 
@@ -24,6 +30,31 @@ def disk_error(exc: OSError) -> UserError:
         f"Could not write{where} ({exc.strerror or exc}); free some space or point hydra.run.dir at a disk with "
         "room and write access — everything written before is intact."
     )
+
+
+def in_use(directory: Path) -> bool:
+    """Whether a live process holds `directory`'s lock (the lock file alone proves nothing)."""
+    path = directory / LOCK_FILE
+    if not path.exists():
+        return False
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    except OSError:
+        return False
+    lock.release()
+    return False
+
+
+def holds_results(directory: Path) -> bool:
+    """Whether a run trained in `directory`: metrics rows or checkpoints (an invalid or failed start leaves
+    neither)."""
+    from normlab.train.checkpoint import CHECKPOINT_DIR  # here: reading a directory needs no torch
+
+    checkpoints = directory / CHECKPOINT_DIR
+    return (directory / METRICS_FILE).exists() or (checkpoints.is_dir() and any(checkpoints.glob("*.pt")))
 
 
 class RunDirectory:

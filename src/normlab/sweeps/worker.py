@@ -1,0 +1,81 @@
+"""`python -m normlab.sweeps.worker RESULT_FILE PARENT_PID`: one job of a local-pool sweep (normlab.sweeps.pool).
+
+Reads the pickled job from stdin — Hydra's context, the sweep's config, the task function, Hydra's global
+state, the job's number and overrides — runs it as Hydra's launchers do, and writes the JobReturn to
+RESULT_FILE (atomically; None for a job a signal stopped before it began). The process starts with the stop
+signals blocked (the parent blocks them while starting it): they wait until a stop request is installed,
+and until the run installs its own, a signal abandons the job before it has begun training.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, run_job, setup_globals
+
+from normlab.io import write_bytes_atomic
+from normlab.sweeps import watchdog
+from normlab.sweeps.base import print_crash
+from normlab.sweeps.jobs import job_config
+from normlab.train.signals import STOP_SIGNALS, Interrupted, StopRequest
+
+
+def run(payload: bytes) -> JobReturn:
+    common, num, overrides = cloudpickle.loads(payload)
+    context, config, task_function, singletons = cloudpickle.loads(common)
+    setup_globals()
+    Singleton.set_state(singletons)
+    cfg = job_config(context, config, overrides, num)
+    HydraConfig.instance().set_config(cfg)
+    return run_job(
+        hydra_context=context,
+        task_function=task_function,
+        config=cfg,
+        job_dir_key="hydra.sweep.dir",
+        job_subdir_key="hydra.sweep.subdir",
+    )
+
+
+def picklable(ret: JobReturn) -> bytes:
+    """The JobReturn as bytes; an exception that does not pickle travels as its text."""
+    try:
+        return cloudpickle.dumps(ret)
+    except Exception:
+        ret.return_value = RuntimeError(f"{type(ret._return_value).__name__}: {ret._return_value}")
+        return cloudpickle.dumps(ret)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv if argv is None else argv
+    result, parent = Path(argv[1]), int(argv[2])
+    payload = sys.stdin.buffer.read()
+    # everything the job imports, while the stop signals are still blocked: a signal that interrupted an
+    # import half-way would leave a module half-initialised (a pending one is delivered below, cleanly)
+    import normlab.cli  # noqa: F401
+    import normlab.train.run  # noqa: F401
+
+    if os.getppid() != parent or not payload:  # the sweep's parent is gone already: nothing to run
+        return
+    ret: Any = None
+    with StopRequest().installed():  # a signal before the run takes over: abandon the job (Interrupted)
+        watchdog.watch(parent, watchdog.start_time(parent))
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            ret = run(payload)
+        except (Interrupted, KeyboardInterrupt):
+            ret = None
+    for s in STOP_SIGNALS:  # the job is over: a late signal must not cut the result short
+        signal.signal(s, signal.SIG_IGN)
+    print_crash(ret)
+    write_bytes_atomic(result, picklable(ret) if ret is not None else cloudpickle.dumps(None))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Signals to a parallel sweep (`hydra/launcher=joblib`), sent from outside as a user or a scheduler sends them,
+and the sweep-resume command afterwards; the fault-injection soak at a small size (slow).
+
+What each signal test checks, at a random moment once the first jobs train: the sweep's parent exits with
+128 + N; every job that was running is `interrupted` with a `last.pt` holding exactly the steps its
+summary.json and metrics.jsonl say; the job that was waiting never started; no job process started after
+the signal and none is alive 10 s after the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from normlab.sweeps.soak import (
+    GRACE_S,
+    SoakSpec,
+    SweepProcess,
+    comparable,
+    env,
+    job_dirs,
+    now_ticks,
+    soak,
+    step_problems,
+    training_rows,
+)
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="watches processes through /proc"
+)
+
+SPEC_OVERRIDES = (
+    "model=tiny",
+    "logger=none",
+    "data=synthetic",
+    "data.n_train_stories=400",
+    "data.n_val_stories=40",
+    "data.vocab_size=512",
+    "depth=2",
+    "train.seq_len=32",
+    "train.batch_size=8",
+    "train.eval_every=0",
+    "train.eval_batches=2",
+    "train.sample_tokens=0",
+    "train.progress=false",
+    "warmup_steps=5",
+)
+
+
+def spec(tmp_path: Path, cache_dir: Path, jobs: int, steps: int, **kw) -> SoakSpec:
+    return SoakSpec(
+        workdir=tmp_path,
+        jobs=jobs,
+        steps=steps,
+        overrides=(*SPEC_OVERRIDES, f"data.cache_dir={cache_dir}"),
+        **kw,
+    )
+
+
+def wait_training(sweep: SweepProcess, sweep_dir: Path, n: int, timeout: float = 240) -> None:
+    """Until `n` jobs have written training rows (their processes are then in the loop)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sweep.poll_workers()
+        if sum(1 for d in job_dirs_or_glob(sweep_dir) if training_rows(d)) >= n:
+            return
+        assert sweep.proc.poll() is None, "the sweep ended before its jobs trained"
+        time.sleep(0.05)
+    raise AssertionError(f"{n} jobs were not training after {timeout} s")
+
+
+def job_dirs_or_glob(sweep_dir: Path) -> list[Path]:
+    return [p for p in sweep_dir.glob("*_*") if p.is_dir()]
+
+
+def by_seed(sweep_dir: Path) -> dict[int, Path]:
+    return {json.loads((d / "summary.json").read_text())["seed"]: d for d in job_dirs(sweep_dir).values()}
+
+
+def summaries(sweep_dir: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")}
+
+
+@pytest.mark.parametrize(
+    ("signame", "target"),
+    [("SIGINT", "group"), ("SIGTERM", "group"), ("SIGINT", "parent"), ("SIGTERM", "parent")],
+)
+def test_a_signal_stops_every_running_job_saved_and_starts_none(tmp_path, cache_dir, signame, target):
+    rng = random.Random(f"{os.getpid()}-{signame}-{target}")
+    s = spec(tmp_path, cache_dir, jobs=3, steps=100_000)  # never reached: each job trains until the signal
+    sweep_dir = tmp_path / "sweep"
+    sweep = SweepProcess(
+        [*s.argv(sweep_dir, resume=False), "train.flush_every=100000"], tmp_path / "log", env()
+    )
+    wait_training(sweep, sweep_dir, 2)
+    time.sleep(rng.uniform(0.0, 1.5))  # a random moment of training
+    signum = int(signal.Signals[signame])
+    sent_at = now_ticks()
+    sweep.send(signum, target, rng)
+    if target == "group":  # Ctrl-C pressed twice: the second is passed on while the jobs save, harmlessly
+        time.sleep(rng.uniform(0.0, 0.3))
+        sweep.send(signum, target, rng)
+    code, late = sweep.wait(240, watch_started_after=sent_at)
+    output = (tmp_path / "log").read_text()
+    if target == "group":
+        assert f"{signame} received again: passed on to" in output, output[-3000:]
+    assert code == 128 + signum, output[-3000:]
+    assert late == [], f"job processes started after the signal: {late}"
+    assert sweep.lingering(GRACE_S) == [], "job processes alive 10 s after the parent"
+    assert "Traceback" not in output, output[-3000:]
+    found = summaries(sweep_dir)
+    assert sorted(found) == ["0_ln-pre-L2-w5-s0", "1_ln-pre-L2-w5-s1"], found  # job 2 never started
+    for name, summary in found.items():
+        assert summary["status"] == "interrupted" and summary["signal"] == signame, summary
+        state = torch.load(sweep_dir / name / "checkpoints" / "last.pt", weights_only=True, mmap=True)
+        steps = [r["step"] for r in training_rows(sweep_dir / name) if "loss" in r]
+        assert state["step"] == summary["steps"] == len(steps) > 0 and step_problems(
+            training_rows(sweep_dir / name)
+        ) == (0, 0)
+    assert f"[sweep] stopped by {signame}: 2 interrupted, 1 not started" in output
+    assert "#2 seed=2 — not started" in output
+    (command,) = [ln for ln in output.splitlines() if ln.startswith("continue the sweep with: ")]
+    assert command.endswith(f"hydra.sweep.dir={sweep_dir} train.resume=auto"), command
+
+
+def test_the_sweep_resume_command_finishes_an_interrupted_sweep_bit_for_bit(tmp_path, cache_dir):
+    """A job's process killed with SIGKILL after its first step checkpoint, then SIGTERM to the sweep while
+    another job trains and a third waits; the printed command, its values reordered, finishes the sweep:
+    every job completed, every step once, every row equal to an uninterrupted sweep's."""
+    steps = 200  # enough that the other job is still training when the sweep gets SIGTERM
+    s = spec(tmp_path, cache_dir, jobs=3, steps=steps, ckpt_every=10)
+    reference = SweepProcess(s.argv(tmp_path / "reference", resume=False), tmp_path / "ref.log", env())
+    assert reference.wait(600)[0] == 0, (tmp_path / "ref.log").read_text()[-3000:]
+
+    sweep_dir = tmp_path / "sweep"
+    sweep = SweepProcess([*s.argv(sweep_dir, resume=False), "train.flush_every=1"], tmp_path / "log", env())
+    wait_training(sweep, sweep_dir, 2)
+    victim = sweep_dir / "0_ln-pre-L2-w5-s0"
+    deadline = time.monotonic() + 240
+    while not (victim / "checkpoints" / "step_000010.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    running = sweep.poll_workers()
+    killed = [p for p in running if f"{os.sep}0.pkl" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert killed, running
+    os.kill(killed[0], signal.SIGKILL)
+    time.sleep(0.1)
+    os.kill(sweep.pid, signal.SIGTERM)
+    code, _ = sweep.wait(240)
+    output = (tmp_path / "log").read_text()
+    assert code == 143, output[-3000:]
+    assert "#0 seed=0 — killed: its process ended by SIGKILL without saving" in output, output[-2000:]
+    assert json.loads((victim / "summary.json").read_text())["status"] == "running"  # what kill -9 leaves
+
+    (line,) = [ln for ln in output.splitlines() if ln.startswith("continue the sweep with: ")]
+    argv = shlex.split(line.removeprefix("continue the sweep with: "))
+    assert argv[:3] == ["python", "train.py", "-m"]
+    argv = [a.replace("seed=0,1,2", "seed=2,0,1") for a in argv[1:]]  # jobs are matched by their overrides
+    resumed = SweepProcess(argv, tmp_path / "resume.log", env())
+    code, _ = resumed.wait(600)
+    output = (tmp_path / "resume.log").read_text()
+    assert code == 0, output[-3000:]
+    assert (
+        "left running by a process that ended without saving" in output
+        and "resuming from checkpoints/step_" in output
+    )
+    assert "interrupted at step" in output
+    # the reordered command numbers seed=2 first; it keeps its directory all the same
+    assert "#0 seed=2 — not started yet: starting it" in output or "so it starts again from step 0" in output
+
+    ref, got = by_seed(tmp_path / "reference"), by_seed(sweep_dir)
+    assert sorted(got) == sorted(ref) == [0, 1, 2]
+    for name in ref:
+        summary = json.loads((got[name] / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["steps"] == steps, summary
+        rows = training_rows(got[name])
+        assert [r["step"] for r in rows if "loss" in r] == list(range(steps))  # every step once
+        assert comparable(rows) == comparable(training_rows(ref[name]))  # bit for bit
+
+
+@pytest.mark.slow
+def test_soak_small(tmp_path, cache_dir):
+    """The soak of scripts/soak_sweep.py at a small size: 3 jobs, 4 random faults."""
+    result = soak(
+        spec(tmp_path, cache_dir, jobs=3, steps=600, faults=4, delay_s=(0.5, 8.0), seed=os.getpid())
+    )
+    assert result.ok, result.to_json()
+    assert result.survived == 4 and result.steps_lost == 0 and result.equal == 3
