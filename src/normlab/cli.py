@@ -106,6 +106,7 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         stop=launchers.stop_request(),
         resume_command=resume_command,
         dist=distributed.current(),
+        step_time=not multirun,  # a sweep's jobs do not each need telling (and would each pay for it)
     )
     try:
         summary = run.execute()

@@ -125,8 +125,11 @@ class Run:
         stop: StopRequest | None = None,
         resume_command: ResumeCommand = default_resume_command,
         dist: Dist = SINGLE,
+        step_time: bool = False,
     ) -> None:
         self.dist = dist
+        # say first how long a step will take (a run typed at a CPU's command line, not a sweep's job)
+        self.step_time = step_time
         self.cfg_node = cfg
         self.cfg: dict[str, Any] = {}
         self.run_dir = Path(run_dir)
@@ -328,7 +331,7 @@ class Run:
         self.summary.update(device=device_label(device))
         model = instantiate(cfg["model"]).to(device)  # before the data: a CPU user hears the step time first
         # one process only: under torchrun a forward on one rank would leave norm.sync's all-reduce unmatched
-        if device.type == "cpu" and self.dist.world_size == 1:
+        if self.step_time and device.type == "cpu" and self.dist.world_size == 1:
             for line in step_time.cpu_lines(model, cfg):
                 log.info(line)
         corpus = self._load_corpus()
