@@ -161,7 +161,9 @@ def run_preset(
     }
     if rc != 0:
         print(f"    the sweep exited with status {rc}; see {log_path}", file=sys.stderr)
-    if "profile" in finding.extras and rc == 0:
+    # the step-time profile measures the models' shape, which no perturbation changes: the perturbed sweep
+    # is judged with the preset's own profile (robustness_of falls back to it)
+    if "profile" in finding.extras and rc == 0 and not perturbed:
         from normlab.bench import profile_norm
 
         t1 = time.perf_counter()

@@ -91,7 +91,9 @@ def robustness_of(name: str, rs: RunSet, verdict: str, sweep_dir: str | Path | N
             perturbed.append(Variation(f"{finding.perturbation.label} (could not be loaded: {e})", verdict))
         else:
             perturbed.append(
-                Variation(finding.perturbation.label, evaluate(name, prs, load_extras(other)).verdict)
+                Variation(
+                    finding.perturbation.label, evaluate(name, prs, load_extras(other) or extras).verdict
+                )
             )
     return robustness(lambda sub: evaluate(name, sub, extras), rs, verdict, perturbed)
 
