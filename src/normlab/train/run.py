@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +39,20 @@ from normlab.config import checked
 from normlab.data import TokenCorpus
 from normlab.data.unigram import baseline_unigram_loss, did_learn
 from normlab.distributed import SINGLE, Dist
-from normlab.errors import UserError
 from normlab.io import write_text_atomic
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
-from normlab.train import checkpoint, flops, memory, outcome, run_dir, step_time
+from normlab.train import checkpoint, flops, memory, outcome, step_time
 from normlab.train.build import describe, device_label, pick_device, run_corpus
 from normlab.train.callbacks import Callback, Checkpoints, LoopResult, ProgressBar
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import Trainer
-from normlab.train.run_dir import DISK_ERRNOS, METRICS_FILE, SAMPLE_FILE, RunDirectory, disk_error
+from normlab.train.outcome import Ending
+from normlab.train.run_dir import AUTO, METRICS_FILE, SAMPLE_FILE, SKIP, START, RunDirectory
+from normlab.train.run_dir import plan as resume_plan
 from normlab.train.sample import generate
-from normlab.train.signals import Interrupted, StopRequest, exit_code, signal_name
+from normlab.train.signals import StopRequest, exit_code
 from normlab.train.summary import SUMMARY_FILE, RunSummary
 
 log = logging.getLogger("normlab")
@@ -67,25 +65,6 @@ __all__ = ["Run"]
 
 def default_resume_command(run_dir: Path, resume: str | None) -> str:
     return f"python train.py ... train.resume={resume}" if resume else "python train.py ..."
-
-
-def load_average() -> float | None:
-    """The machine's 1-minute load average, None where the OS has none (Windows)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-@dataclass(frozen=True)
-class Ending:
-    """How a run ended, for `Run._finish`: its status and one sentence, and what a stop or a crash adds."""
-
-    status: str
-    reason: str | None = None
-    signal: str | None = None  # interrupted: the signal's name
-    forced: bool = False  # interrupted by a repeated signal, without saving
-    traceback: str | None = None  # crashed
 
 
 class Run:
@@ -147,28 +126,35 @@ class Run:
 
     def _lifecycle(self) -> None:
         try:
-            try:
-                if self._start():
-                    self._train(*self._build())
-            except BaseException as e:
-                ending = self._ending_of(e)
-                if ending.status == "crashed":  # a bug: recorded, then raised again
-                    if self.summary.status == "running":
-                        self._finish(ending)
-                    raise
-                try:
-                    self._finish(ending)
-                except OSError as err:  # e.g. the disk is full: the sentence still reaches the console
-                    log.error(
-                        "could not write %s (%s); the run ended as %s: %s",
-                        SUMMARY_FILE,
-                        err.strerror,
-                        ending.status,
-                        ending.reason,
-                    )
+            if self._start():
+                self._train(*self._build())
+        except BaseException as e:
+            if not self._ended_by(e):
+                raise
         finally:
             if self.wandb is not None:  # however the run ended, so a multirun logs each job as its own run
                 self.wandb.finish(self.summary.to_dict())
+
+    def _ended_by(self, e: BaseException) -> bool:
+        """Write the summary of the ending `e` means; False for a bug (recorded as crashed), to raise again."""
+        ending = outcome.ending_of(e, self._steps())
+        if ending.status == "crashed":
+            if self.summary.status == "running":
+                self._finish(ending)
+            return False
+        if ending.status == "invalid":
+            log.warning("invalid config, skipped: %s", ending.reason)
+        try:
+            self._finish(ending)
+        except OSError as err:  # e.g. the disk is full: the sentence still reaches the console
+            log.error(
+                "could not write %s (%s); the run ended as %s: %s",
+                SUMMARY_FILE,
+                err.strerror,
+                ending.status,
+                ending.reason,
+            )
+        return True
 
     # ------------------------------------------------------------------------------------------------
     # start: the config, what to resume, `running`
@@ -181,15 +167,15 @@ class Run:
         self.cfg = checked(self.cfg_node)
         self._echo_config()
         resume = self.cfg["train"]["resume"]
-        if resume == run_dir.AUTO:
+        if resume == AUTO:
             # check_lock=False: the lock is ours, so a `running` summary is a dead process's
-            plan = run_dir.plan(self.run_dir, self.cfg["train"]["max_steps"], check_lock=False)
+            plan = resume_plan(self.run_dir, self.cfg["train"]["max_steps"], check_lock=False)
             log.info("train.resume=auto: %s: %s", self.run_dir, plan.sentence)
-            if plan.action == run_dir.SKIP:
+            if plan.action == SKIP:
                 self.summary = RunSummary.read(self.run_dir)
                 return False
             # starting again drops the rows of a run that saved no checkpoint
-            self.restart = plan.action == run_dir.START
+            self.restart = plan.action == START
             resume = str(plan.checkpoint) if plan.checkpoint is not None else None
         if resume:
             self.ckpt = checkpoint.find_checkpoint(resume)
@@ -285,7 +271,7 @@ class Run:
             result, previous = self._fit(trainer)
             if self.dist.is_main:  # checkpoints/last.pt, then the summary: both before anything else can fail
                 self._checkpoints(trainer).save(LAST)
-            self._finish(self._loop_ending(result), loop=(trainer, result, previous))
+            self._finish(outcome.loop_ending(result, self.stop.signal_name), loop=(trainer, result, previous))
             self._report(trainer, result)
             sample = self.dist.is_main and tcfg["sample_tokens"] > 0
             if result.status == "completed" and result.steps > 0 and sample:
@@ -325,13 +311,6 @@ class Run:
 
     def _checkpoints(self, trainer: Trainer) -> Checkpoints:
         return Checkpoints(self.run_dir / CHECKPOINT_DIR, trainer.state_dict, self.cfg["model"])
-
-    def _loop_ending(self, result: LoopResult) -> Ending:
-        if result.status != "interrupted":
-            return Ending(result.status, result.reason)  # completed, or diverged and why
-        name = self.stop.signal_name or "a signal"
-        reason = f"stopped by {name} at step {result.steps}; checkpoints/{LAST} holds that step."
-        return Ending("interrupted", reason, signal=self.stop.signal_name)
 
     def _report(self, trainer: Trainer, result: LoopResult) -> None:
         """What the console hears at the end: learned or not, spikes, divergence."""
@@ -408,7 +387,7 @@ class Run:
             **numbers,
             **trainer.monitor.summary(),
             mfu=flops.mfu(numbers["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops),
-            load_avg=load_average(),
+            load_avg=outcome.load_average(),
         )
 
     def _row_fields(self, ending: Ending) -> dict[str, Any]:
@@ -416,12 +395,18 @@ class Run:
         without saving counts the steps the checkpoint holds; any other ending after the trainer was built
         counts its steps."""
         if ending.status == "interrupted":
-            steps = self.trainer.step if self.trainer is not None else (self.ckpt.step if self.ckpt else 0)
+            steps = self._steps()
             counted = self.ckpt is not None and not ending.forced  # what the rows of the run resumed say
             return {"steps": steps, **(self._fields_from_metrics(steps) if counted else {})}
         if self.trainer is None:
             return {}
         return {"steps": self.trainer.step, **self._fields_from_metrics(self.trainer.step)}
+
+    def _steps(self) -> int:
+        """The steps the model holds now: the trainer's, else the checkpoint's it will resume from, else 0."""
+        if self.trainer is not None:
+            return self.trainer.step
+        return self.ckpt.step if self.ckpt is not None else 0
 
     def _fields_from_metrics(self, before: int) -> dict[str, Any]:
         path = self.run_dir / METRICS_FILE
@@ -441,30 +426,3 @@ class Run:
         if self.ckpt is not None:
             return self.resume_command(self.run_dir, str(self.cfg["train"]["resume"]))
         return None
-
-    def _ending_of(self, e: BaseException) -> Ending:
-        """The ending an exception means: the user's to fix (invalid, failed), a signal, or a bug (crashed)."""
-        if isinstance(e, UserError):  # InvalidConfig included: its status is invalid
-            if e.status == "invalid":
-                log.warning("invalid config, skipped: %s", e)
-            return Ending(e.status, str(e))
-        if isinstance(e, OSError):
-            if e.errno in DISK_ERRNOS:
-                return Ending("failed", str(disk_error(e)))
-        elif isinstance(e, Exception):
-            if memory.out_of_memory(e):
-                return Ending("failed", str(memory.out_of_memory_error(e)))
-        elif isinstance(e, Interrupted | KeyboardInterrupt):
-            return self._stop_ending(e)
-        return Ending("crashed", f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)))
-
-    def _stop_ending(self, e: Interrupted | KeyboardInterrupt) -> Ending:
-        """A stop that came before the loop (nothing new to save) or a forced one (saving was skipped)."""
-        name = signal_name(e.signum if isinstance(e, Interrupted) else signal.SIGINT)
-        forced = isinstance(e, Interrupted) and e.forced
-        if forced:
-            steps = self.trainer.step if self.trainer is not None else (self.ckpt.step if self.ckpt else 0)
-            reason = f"stopped by a repeated {name} at step {steps} without saving a checkpoint."
-        else:
-            reason = f"stopped by {name} before training started."
-        return Ending("interrupted", reason, signal=name, forced=forced)
