@@ -13,7 +13,7 @@ ALLOWED = {
     "model": {"configs"},
     "data": {"errors", "io", "configs"},
     "metrics": {"model", "io", "configs", "train.summary"},
-    "train": {"model", "data", "metrics", "config", "configs", "distributed", "errors", "io"},
+    "train": {"model", "data", "metrics", "config", "configs", "distributed", "commands", "errors", "io"},
     # reproduce.py runs the norm profiler (bench) next to finding 5's sweep
     "analysis": {"model", "data", "metrics", "train.summary", "config", "configs", "errors", "io", "bench"},
     "bench": {"model", "data", "metrics", "train", "config", "configs", "errors", "io"},

@@ -458,15 +458,15 @@ def _second_signal(train_cli, trained_run, tmp_path, monkeypatch):
 
 @case("a signal before training starts (building the data)")
 def _signal_before_training(train_cli, trained_run, tmp_path, monkeypatch):
-    import normlab.train.run as run_mod
+    import normlab.train.build as build_mod
 
-    real = run_mod.load_corpus
+    real = build_mod.load_corpus
 
     def load(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(run_mod, "load_corpus", load)
+    monkeypatch.setattr(build_mod, "load_corpus", load)
     result = train_cli()
     assert not (result.run_dir / "checkpoints").exists()
     return result, "SIGTERM"

@@ -1,10 +1,11 @@
 """The measurements of an instrumented step (step 0, every step up to `metrics.dense_until`, then every
 `metrics.every` steps), in one place.
 
-The trainer asks `Instruments.begin(step)` for a `StepProbe` on those steps only and calls it at four
-points of the step: before the forward (model update, parameter snapshot), around the first
-micro-batch's forward (activation hooks), after the backward (gradient histograms), and after the
-optimizer step (update ratios). Everything stays on the device until `StepProbe.row()`.
+The trainer asks `Instruments.begin(step)` for a `StepProbe` on those steps only, and the probe is called
+at five points of the step: before the forward (model update, parameter snapshot), around the first
+micro-batch's forward (activation hooks), at its head (what the head read and the logits' statistics, from
+normlab.train.head_loss), after the backward (gradient histograms), and after the optimizer step (update
+ratios). Everything stays on the device until `StepProbe.row()`.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class StepProbe:
         return self.instruments.capture
 
     def head(self, head_input: torch.Tensor, logits: LogitStats) -> None:
-        """The head's measurements of the forward just captured, when the head ran fused with the loss."""
+        """What the LM head read and the logits' statistics, for the forward just captured: handed over by
+        the head and its loss (normlab.train.head_loss), whichever way it computed them."""
         if self._head_pending:
             self.instruments.capture.record_head(head_input, logits)
             self._head_pending = False
