@@ -153,3 +153,25 @@ def test_the_readme_stays_short_and_links_every_page() -> None:
     skip = {"index.md", "architecture.md"}
     top_level = {f"docs/{p}" for p in nav_pages(mkdocs_config()["nav"]) if "/" not in p and p not in skip}
     assert top_level <= linked, f"pages the README does not link: {sorted(top_level - linked)}"
+
+
+def test_the_site_hook_names_repository_files_instead_of_linking_outside_the_site() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = "findings/REPORT.md"
+    preset = "../../src/normlab/configs/experiment/xiong_warmup.yaml"
+    text = (
+        f"[`configs/experiment/xiong_warmup.yaml`]({preset}) [the preset]({preset}) "
+        "[inside](../demo.md) [gone](../../no/such/file.py) [web](https://example.org/x)"
+    )
+    assert hooks.rewrite_links(text, page, DOCS, ROOT) == (
+        "`configs/experiment/xiong_warmup.yaml` "
+        "the preset (`src/normlab/configs/experiment/xiong_warmup.yaml`) "
+        "[inside](../demo.md) [gone](../../no/such/file.py) [web](https://example.org/x)"
+    )
+    assert hooks.rewrite_links(f"[the preset]({preset})", page, DOCS, ROOT, "https://host/o/r") == (
+        "[the preset](https://host/o/r/blob/main/src/normlab/configs/experiment/xiong_warmup.yaml)"
+    )
