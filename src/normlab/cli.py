@@ -1,6 +1,6 @@
 """What train.py does around a Hydra job: threads, the run, its exit code, and errors as one sentence.
 
-Exit codes of `python train.py` (README "When something goes wrong"):
+Exit codes of `python train.py` (docs/errors.md, "When something goes wrong"):
 
 - 0: completed or diverged (or, with train.resume=auto, already completed);
 - 2: invalid (a bad config value or combination; summary.json written) or failed — the environment (data,

@@ -1,4 +1,4 @@
-"""train.py's endings beyond the README table: a bug, a sweep with a failed job, W&B only once training starts."""
+"""train.py's endings beyond the table of docs/errors.md: a bug, a sweep with a failed job, W&B only once training starts."""
 
 from __future__ import annotations
 
