@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from reproduce_crafted import warmup_sweep
 
+from normlab.analysis.estimate import Estimate
 from normlab.analysis.findings import evaluate, perturbed_dir, robustness_of
 from normlab.analysis.findings.robustness import Robustness, Variation, leave_one_seed_out
 from normlab.analysis.load import load_runs
@@ -14,7 +15,6 @@ from normlab.analysis.verdicts import (
     NOT_TESTED,
     REPRODUCED,
     SETUP_FAILED,
-    Estimate,
     Outcome,
     Precondition,
     check,

@@ -15,6 +15,7 @@ from typing import Any
 
 import matplotlib
 
+from normlab.analysis.estimate import ci_label, fmt_estimate
 from normlab.analysis.findings import (
     CORE,
     FINDINGS,
@@ -112,17 +113,6 @@ def describe_runs(rs: RunSet) -> str:
     return text + "."
 
 
-def _fmt_check_value(c: Check) -> str:
-    v = c.est.value
-    if not math.isfinite(v):
-        return "–"
-    unit = f" {c.unit}" if c.unit else ""
-    lo, hi = c.interval
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{v:+.3f}{unit} (no noise estimate)"
-    return f"{v:+.3f} [{lo:+.3f}, {hi:+.3f}]{unit}"
-
-
 def _fmt_df(df: float) -> str:
     if not math.isfinite(df):
         return "∞" if df == math.inf else "–"
@@ -137,7 +127,7 @@ def checks_table(checks: Sequence[Check]) -> str:
             [
                 c.name + ("" if c.counts else " *(not counted)*"),
                 c.statistic,
-                _fmt_check_value(c),
+                fmt_estimate(c.est, CONFIDENCE, unit=c.unit),
                 _fmt_df(c.est.df),
                 c.rule,
                 verdict,
@@ -146,7 +136,7 @@ def checks_table(checks: Sequence[Check]) -> str:
     headers = [
         "check",
         "statistic",
-        f"estimate [{100 * CONFIDENCE:.0f} % CI]",
+        f"estimate [{ci_label(CONFIDENCE)}]",
         "df",
         "claim tested",
         "verdict",

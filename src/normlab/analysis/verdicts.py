@@ -2,11 +2,9 @@
 *inconclusive* — or *not tested here* when the phenomenon a claim is about did not happen in these runs,
 or *setup failed* when the runs cannot test the claim at all.
 
-Every check is phrased so that a **positive** estimate is the direction the source claims. An estimate
-is a mean over seeds (or a difference of such means) with its standard error (sample standard
-deviations, ddof=1) and degrees of freedom: n − 1 for one group, Welch–Satterthwaite for a difference or
-any other linear combination of independent groups. Its confidence interval uses Student-t quantiles,
-never the normal ones: with 2–3 seeds, "twice the standard error" is a test at 15–9 %, not 5 %.
+Every check is phrased so that a **positive** estimate is the direction the source claims. Estimates
+(a mean over seeds or a combination of such means, with Student-t intervals) are
+`normlab.analysis.estimate.Estimate`, the one vocabulary of every report.
 
 All tests are one-sided at level ALPHA (5 %); the tables show the matching two-sided 1 − 2·ALPHA (90 %)
 interval [lo, hi], so every decision can be read off the interval:
@@ -35,11 +33,10 @@ cannot speak to the claim either way. Nothing here looks at which verdict a find
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-from scipy import stats
+from normlab.analysis.estimate import Estimate, fmt_estimate
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -77,142 +74,6 @@ RULE = (
 )
 
 
-# --------------------------------------------------------------------------------------- estimates
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A mean effect over seeds: its value, standard error, degrees of freedom and sample size.
-
-    `se` is NaN when there is no noise estimate (fewer than two values); `df` is infinite for a constant
-    known exactly (se = 0) and NaN when unknown. Sums, differences and scalings of independent
-    estimates combine the standard errors in quadrature and the degrees of freedom by
-    Welch–Satterthwaite: df = (Σ sᵢ²)² / Σ (sᵢ⁴ / dfᵢ).
-    """
-
-    value: float
-    se: float
-    df: float
-    n: int
-
-    @classmethod
-    def constant(cls, value: float) -> Estimate:
-        """A number known exactly (a threshold in a statistic such as b + ¼)."""
-        return cls(float(value), 0.0, math.inf, 0)
-
-    def __add__(self, other: Estimate | float) -> Estimate:
-        other = _as_estimate(other)
-        return _combine([(1.0, self), (1.0, other)])
-
-    def __sub__(self, other: Estimate | float) -> Estimate:
-        other = _as_estimate(other)
-        return _combine([(1.0, self), (-1.0, other)])
-
-    def __neg__(self) -> Estimate:
-        return self.scale(-1.0)
-
-    def scale(self, k: float) -> Estimate:
-        return Estimate(self.value * k, self.se * abs(k), self.df, self.n)
-
-    @property
-    def has_noise(self) -> bool:
-        """Whether a test is possible: a finite value and a positive, finite standard error."""
-        return (
-            math.isfinite(self.value)
-            and math.isfinite(self.se)
-            and self.se > 0
-            and (math.isinf(self.df) or (math.isfinite(self.df) and self.df > 0))
-        )
-
-    def t_crit(self, alpha: float = ALPHA) -> float:
-        """The one-sided Student-t critical value t_{1−α, df}."""
-        if not self.has_noise:
-            return math.nan
-        return float(stats.norm.ppf(1 - alpha) if math.isinf(self.df) else stats.t.ppf(1 - alpha, self.df))
-
-    def interval(self, alpha: float = ALPHA) -> tuple[float, float]:
-        """(lo, hi): the two one-sided (1 − α) bounds, i.e. the two-sided 1 − 2α confidence interval."""
-        t = self.t_crit(alpha)
-        if not math.isfinite(t):
-            return math.nan, math.nan
-        return self.value - t * self.se, self.value + t * self.se
-
-    def p_greater(self, threshold: float = 0.0) -> float:
-        """One-sided p-value of H0: effect ≤ threshold."""
-        if not self.has_noise:
-            return math.nan
-        t = (self.value - threshold) / self.se
-        return float(stats.norm.sf(t) if math.isinf(self.df) else stats.t.sf(t, self.df))
-
-
-def _as_estimate(x: Estimate | float) -> Estimate:
-    return x if isinstance(x, Estimate) else Estimate.constant(float(x))
-
-
-def welch_df(parts: Sequence[tuple[float, float]]) -> float:
-    """Welch–Satterthwaite degrees of freedom of Σ cᵢ Xᵢ from (scaled se cᵢ·sᵢ, dfᵢ) pairs."""
-    num, den = 0.0, 0.0
-    for s, df in parts:
-        if not math.isfinite(s):
-            return math.nan
-        if s == 0:
-            continue  # an exactly known part carries no noise
-        if not (math.isinf(df) or (math.isfinite(df) and df > 0)):
-            return math.nan
-        num += s * s
-        den += 0.0 if math.isinf(df) else s**4 / df
-    if num == 0:
-        return math.inf
-    return math.inf if den == 0 else num * num / den
-
-
-def _combine(terms: Sequence[tuple[float, Estimate]]) -> Estimate:
-    value = sum(c * e.value for c, e in terms)
-    scaled = [(abs(c) * e.se, e.df) for c, e in terms]
-    if any(not math.isfinite(s) for s, _ in scaled):
-        se, df = math.nan, math.nan
-    else:
-        se = math.sqrt(sum(s * s for s, _ in scaled))
-        df = welch_df(scaled)
-    sizes = [e.n for _, e in terms if e.n > 0]
-    return Estimate(value, se, df, min(sizes) if sizes else 0)
-
-
-def combination(terms: Iterable[tuple[float, Estimate]]) -> Estimate:
-    """Σ cᵢ·Eᵢ of independent estimates (Welch–Satterthwaite degrees of freedom)."""
-    return _combine(list(terms))
-
-
-def _finite(values: Iterable[float | None]) -> np.ndarray:
-    out = []
-    for x in values:
-        if x is None:
-            continue
-        try:
-            f = float(x)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(f):
-            out.append(f)
-    return np.array(out, dtype=float)
-
-
-def estimate(values: Iterable[float | None]) -> Estimate:
-    """Mean of the finite values, its standard error (sample std / √n) and n − 1 degrees of freedom."""
-    v = _finite(values)
-    if v.size == 0:
-        return Estimate(math.nan, math.nan, math.nan, 0)
-    if v.size == 1:
-        return Estimate(float(v[0]), math.nan, math.nan, 1)
-    return Estimate(float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)), float(v.size - 1), int(v.size))
-
-
-def difference(a: Iterable[float | None], b: Iterable[float | None]) -> Estimate:
-    """mean(a) − mean(b) of independent groups: Welch's standard error √(s_a²/n_a + s_b²/n_b) and the
-    Welch–Satterthwaite degrees of freedom."""
-    return estimate(a) - estimate(b)
-
-
 # ------------------------------------------------------------------------------------------ checks
 
 
@@ -236,7 +97,8 @@ class Check:
 
     @property
     def interval(self) -> tuple[float, float]:
-        return self.est.interval()
+        """The two one-sided (1 − ALPHA) bounds: the CONFIDENCE interval every verdict is read from."""
+        return self.est.interval(ALPHA)
 
     @property
     def p_value(self) -> float:
@@ -360,10 +222,8 @@ class Precondition:
     @classmethod
     def shown_by(cls, c: Check, remedy: str = "") -> Precondition:
         """Met when a directional or equality check of the phenomenon is reproduced (at level ALPHA)."""
-        unit = f" {c.unit}" if c.unit else ""
-        lo, hi = c.interval
-        ci = f" [{lo:+.3g}, {hi:+.3g}]" if math.isfinite(lo) and math.isfinite(hi) else " (no noise estimate)"
-        observed = f"{c.statistic}: {c.est.value:+.3g}{ci}{unit}, needed {c.rule} ({c.verdict})"
+        value = fmt_estimate(c.est, CONFIDENCE, 3, unit=c.unit, significant=True)
+        observed = f"{c.statistic}: {value}, needed {c.rule} ({c.verdict})"
         return cls(c.name, observed, c.verdict == REPRODUCED, remedy)
 
     @property

@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from normlab.analysis.estimate import ci_label
 from normlab.analysis.load import RunSet
 from normlab.analysis.stats import finite, fmt_mean_std
-from normlab.analysis.verdicts import CONFIDENCE, Estimate, Outcome
+from normlab.analysis.verdicts import CONFIDENCE, Outcome
 from normlab.data.unigram import did_learn
 from normlab.metrics import names
 
@@ -312,17 +313,7 @@ def per_seed(s: pd.Series | Sequence[float], digits: int = 2) -> str:
     return ", ".join(fmt(float(v), digits) for v in list(s)) or "–"
 
 
-def fmt_ci(e: Estimate, digits: int = 3) -> str:
-    """'+0.463 [+0.120, +0.806]' — the estimate and its two-sided 90 % interval."""
-    if not math.isfinite(e.value):
-        return "–"
-    lo, hi = e.interval()
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{e.value:+.{digits}f} (no noise estimate)"
-    return f"{e.value:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
-
-
-CI_LABEL = f"{100 * CONFIDENCE:.0f} % CI"
+CI_LABEL = ci_label(CONFIDENCE)  # how the findings name their intervals (the verdicts' level)
 
 
 def diverged_count(runs: pd.DataFrame) -> str:

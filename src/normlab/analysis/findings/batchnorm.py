@@ -24,14 +24,15 @@ import math
 
 import numpy as np
 
+from normlab.analysis.estimate import Estimate, combination, difference, fmt_estimate
 from normlab.analysis.findings._common import (
+    CI_LABEL,
     CannotEvaluate,
     Drawn,
     Extras,
     Finding,
     baseline_note,
     diverged_count,
-    fmt_ci,
     fmt_series,
     group_labels,
     learned_count,
@@ -44,7 +45,7 @@ from normlab.analysis.findings._common import (
 )
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grid, plot_loss
-from normlab.analysis.verdicts import CONFIDENCE, Estimate, Outcome, check, combination, difference
+from normlab.analysis.verdicts import CONFIDENCE, Outcome, check
 
 # The sources report BLEU and perplexity on other tasks, no size we can carry over: the smallest
 # loss difference we count is 0.05 nats (≈ 5 % in perplexity), and a trend of 0.02 nats per doubling
@@ -65,7 +66,7 @@ def side(g: Estimate) -> str:
     """Where BN stands at one batch size, read off the interval of BN − LN against ±margin: 'worse' (at
     least the margin), 'better' (by at least the margin), 'equal' (within ±margin, TOST), 'equal or
     better' (shown less than the margin worse), or 'undecided'."""
-    lo, hi = g.interval()
+    lo, hi = g.ci(CONFIDENCE)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return "undecided"
     if lo > GAP_MARGIN:
@@ -93,7 +94,7 @@ def crossing(gaps: dict[int, Estimate]) -> str:
         else "BN − LN keeps one sign over the batch sizes run"
     )
     return (
-        f"BatchNorm against LayerNorm by batch size ({100 * CONFIDENCE:.0f} % CI against ±{GAP_MARGIN:g} "
+        f"BatchNorm against LayerNorm by batch size ({CI_LABEL} against ±{GAP_MARGIN:g} "
         f"nats): {text}; {where_flips}."
     )
 
@@ -150,10 +151,10 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     )
     notes = [
         crossing(usable),
-        "BN − LN in final val loss (eval mode, 90 % CI) by batch size: "
-        + "; ".join(f"{b}: {fmt_ci(gap[b])}" for b in batches)
+        f"BN − LN in final val loss (eval mode, {CI_LABEL}) by batch size: "
+        + "; ".join(f"{b}: {fmt_estimate(gap[b], CONFIDENCE)}" for b in batches)
         + ". In final training loss (batch statistics): "
-        + "; ".join(f"{b}: {fmt_ci(train_gap[b])}" for b in batches)
+        + "; ".join(f"{b}: {fmt_estimate(train_gap[b], CONFIDENCE)}" for b in batches)
         + " nats.",
         "Steps are fixed, so larger batches see more tokens; each comparison is BN − LN at equal batch.",
     ]

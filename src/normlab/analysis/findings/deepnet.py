@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from normlab.analysis.estimate import difference
 from normlab.analysis.findings._common import (
     Drawn,
     Extras,
@@ -45,7 +46,7 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.findings.robustness import Perturbation
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_loss, plot_model_update
-from normlab.analysis.verdicts import Outcome, Precondition, check, difference, undecided
+from normlab.analysis.verdicts import Outcome, Precondition, check, undecided
 from normlab.metrics import names
 
 # "The very beginning of training" (Fig. 4(a)): steps 1 … EARLY_STEPS, each measured (metrics.dense_until).

@@ -14,6 +14,7 @@ RMS ≈ 1 (Xavier init, × √d, as the LLaMA recipe's √d scalar does) and α 
 
 from __future__ import annotations
 
+from normlab.analysis.estimate import difference, fmt_estimate
 from normlab.analysis.findings._common import (
     CI_LABEL,
     Drawn,
@@ -21,7 +22,6 @@ from normlab.analysis.findings._common import (
     Finding,
     baseline_note,
     diverged_count,
-    fmt_ci,
     fmt_series,
     group_labels,
     learned_count,
@@ -33,7 +33,7 @@ from normlab.analysis.findings._common import (
 )
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_loss
-from normlab.analysis.verdicts import Outcome, difference, equivalence_check
+from normlab.analysis.verdicts import CONFIDENCE, Outcome, equivalence_check
 
 LOSS_MARGIN = 0.05  # nats: |Δ loss| below this is "matches" (≈ 5 % in perplexity)
 NORMS = {"ln": "LayerNorm", "dyt": "DyT"}
@@ -67,7 +67,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             }
         )
     gate = require_learning(rs, {label: where(rs, norm=n) for n, label in NORMS.items()})
-    notes = [f"DyT − LayerNorm ({CI_LABEL}): {fmt_ci(gap)} nats.", *gate.notes]
+    notes = [f"DyT − LayerNorm ({CI_LABEL}): {fmt_estimate(gap, CONFIDENCE)} nats.", *gate.notes]
     if "norm.alpha_init" in rs.runs.columns:
         alphas = sorted({float(a) for a in where(rs, norm="dyt")["norm.alpha_init"].dropna()})
         notes.append(f"DyT's α at init: {', '.join(f'{a:g}' for a in alphas)}.")

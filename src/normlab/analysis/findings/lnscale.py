@@ -20,13 +20,13 @@ shallower half (the curse itself); where either premise fails, the finding says 
 
 from __future__ import annotations
 
+from normlab.analysis.estimate import difference, estimate, fmt_estimate
 from normlab.analysis.findings._common import (
     CI_LABEL,
     Drawn,
     Extras,
     Finding,
     baseline_note,
-    fmt_ci,
     fmt_series,
     group_labels,
     learned_count,
@@ -38,7 +38,7 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.findings._depth import CONTRIBUTION_MARGIN, GROWTH_MARGIN, depth_profile, halves
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_act_rms, plot_layer_ablation
-from normlab.analysis.verdicts import Outcome, Precondition, check, difference, estimate
+from normlab.analysis.verdicts import CONFIDENCE, Outcome, Precondition, check
 
 PLACEMENTS = {"pre": "Pre-LN", "lnscale": "LayerNorm Scaling"}
 
@@ -85,19 +85,21 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 "learned": learned_count(rs, runs),
                 "final val loss": fmt_series(loss_of(rs, placement=pl)),
                 "log(RMS last/first block), step 0": fmt_series(p["growth_init"], 2),
-                f"log(RMS last/first block), end ({CI_LABEL})": fmt_ci(estimate(p["growth_end"]), 2),
+                f"log(RMS last/first block), end ({CI_LABEL})": fmt_estimate(
+                    estimate(p["growth_end"]), CONFIDENCE, 2
+                ),
                 "loss rise per skipped block, shallower half": fmt_series(p["shallow"], 3),
-                f"… deeper half ({CI_LABEL})": fmt_ci(estimate(p["deep"]), 3),
+                f"… deeper half ({CI_LABEL})": fmt_estimate(estimate(p["deep"]), CONFIDENCE, 3),
             }
         )
     gate = require_learning(rs, {label: where(rs, placement=pl) for pl, label in PLACEMENTS.items()})
     notes = [
         f"Final val loss, LayerNorm Scaling − Pre-LN: "
-        f"{fmt_ci(difference(loss_of(rs, placement='lnscale'), loss_of(rs, placement='pre')))} nats "
+        f"{fmt_estimate(difference(loss_of(rs, placement='lnscale'), loss_of(rs, placement='pre')), CONFIDENCE)} nats "
         "(not part of the claim tested here).",
         "Growth with depth added by training (log ratio at the end − at step 0): Pre-LN "
-        f"{fmt_ci(estimate(pre['growth_end'] - pre['growth_init']), 2)}, LayerNorm Scaling "
-        f"{fmt_ci(estimate(lns['growth_end'] - lns['growth_init']), 2)}; the checks compare the stream as it "
+        f"{fmt_estimate(estimate(pre['growth_end'] - pre['growth_init']), CONFIDENCE, 2)}, LayerNorm Scaling "
+        f"{fmt_estimate(estimate(lns['growth_end'] - lns['growth_init']), CONFIDENCE, 2)}; the checks compare the stream as it "
         "is at the end, what the initialisation built in included.",
         *gate.notes,
     ]

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from normlab.analysis.estimate import difference, estimate, fmt_estimate
 from normlab.analysis.findings._common import (
     CI_LABEL,
     Drawn,
@@ -31,7 +32,6 @@ from normlab.analysis.findings._common import (
     Finding,
     baseline_note,
     diverged_count,
-    fmt_ci,
     fmt_series,
     group_labels,
     learned_count,
@@ -44,7 +44,7 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.findings._depth import CONTRIBUTION_MARGIN, depth_profile, halves
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grad_norm, plot_layer_ablation
-from normlab.analysis.verdicts import Outcome, Precondition, check, difference, estimate
+from normlab.analysis.verdicts import CONFIDENCE, Outcome, Precondition, check
 from normlab.metrics import names
 
 PLACEMENTS = {"pre": "Pre-LN", "mixln": "Mix-LN"}
@@ -103,7 +103,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 "diverged": diverged_count(runs),
                 "final val loss": fmt_series(loss_of(rs, placement=pl)),
                 "loss rise per skipped block, shallower half": fmt_series(p["shallow"], 3),
-                f"… deeper half ({CI_LABEL})": fmt_ci(estimate(p["deep"]), 3),
+                f"… deeper half ({CI_LABEL})": fmt_estimate(estimate(p["deep"]), CONFIDENCE, 3),
                 "log(max/median grad norm)": fmt_series(peaks[pl], 2),
                 "loss spikes / run": fmt_series(runs["n_spikes"].astype(float), 1)
                 if "n_spikes" in runs.columns
@@ -113,7 +113,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     gate = require_learning(rs, {label: where(rs, placement=pl) for pl, label in PLACEMENTS.items()})
     notes = [
         f"Final val loss, Mix-LN − Pre-LN: "
-        f"{fmt_ci(difference(loss_of(rs, placement='mixln'), loss_of(rs, placement='pre')))} nats "
+        f"{fmt_estimate(difference(loss_of(rs, placement='mixln'), loss_of(rs, placement='pre')), CONFIDENCE)} nats "
         "(the paper reports Mix-LN lower; not part of the claim tested here).",
         *gate.notes,
     ]

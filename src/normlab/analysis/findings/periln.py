@@ -17,13 +17,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from normlab.analysis.estimate import difference, estimate, fmt_estimate
 from normlab.analysis.findings._common import (
+    CI_LABEL,
     CannotEvaluate,
     Drawn,
     Extras,
     Finding,
     baseline_note,
-    fmt_ci,
     fmt_series,
     group_labels,
     learned_count,
@@ -35,7 +36,7 @@ from normlab.analysis.findings.robustness import Perturbation
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure, plot_act_rms
 from normlab.analysis.stats import finite, layer_columns
-from normlab.analysis.verdicts import Outcome, check, difference, estimate
+from normlab.analysis.verdicts import CONFIDENCE, Outcome, check
 from normlab.metrics import names
 
 # The abstract gives no size ("more balanced variance growth"): a growth difference under 10 % (0.1 in
@@ -119,8 +120,12 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             f"RMS after last block, step {end_step}": fmt_series(g[pl]["last_end"], 2),
             "log(last/first block), step 0": fmt_series(g[pl]["layer_ratio_init"], 2),
             f"log(last/first block), step {end_step}": fmt_series(g[pl]["layer_ratio_end"], 2),
-            "change with layer index (90 % CI)": fmt_ci(estimate(g[pl]["layer_growth"]), 2),
-            "mean log growth over training (90 % CI)": fmt_ci(estimate(g[pl]["time_growth"]), 2),
+            f"change with layer index ({CI_LABEL})": fmt_estimate(
+                estimate(g[pl]["layer_growth"]), CONFIDENCE, 2
+            ),
+            f"mean log growth over training ({CI_LABEL})": fmt_estimate(
+                estimate(g[pl]["time_growth"]), CONFIDENCE, 2
+            ),
         }
         for pl, label in PLACEMENTS.items()
     ]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from normlab.analysis.estimate import Estimate, difference, estimate
 from normlab.analysis.findings._common import (
     Drawn,
     Extras,
@@ -36,7 +37,7 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.findings.robustness import Perturbation
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure, plot_loss
-from normlab.analysis.verdicts import Estimate, Outcome, check, difference, equivalence_check, estimate
+from normlab.analysis.verdicts import Outcome, check, equivalence_check
 
 PROFILE_FILE = "profile_norm.json"  # written next to the rmsnorm_speed sweep by scripts/reproduce.py
 LOSS_MARGIN = 0.05  # nats: |Δ loss| below this is "comparable" (≈ 5 % in perplexity)

@@ -31,6 +31,7 @@ import math
 import numpy as np
 from scipy import stats
 
+from normlab.analysis.estimate import difference, estimate
 from normlab.analysis.findings._common import (
     Drawn,
     Extras,
@@ -50,7 +51,7 @@ from normlab.analysis.findings._common import (
 )
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grad_heatmap, plot_grad_norm
-from normlab.analysis.verdicts import Outcome, Precondition, check, difference, estimate
+from normlab.analysis.verdicts import Outcome, Precondition, check
 from normlab.metrics import names
 
 VANILLA, SCALED = "1.0", "sqrt_d"  # the paper's two variants, by model.embed_scale

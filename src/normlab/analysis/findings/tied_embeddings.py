@@ -21,7 +21,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from normlab.analysis.estimate import Estimate, difference, estimate, fmt_estimate
 from normlab.analysis.findings._common import (
+    CI_LABEL,
     EMBED_EFFECTIVE_RANK,
     CannotEvaluate,
     Drawn,
@@ -30,7 +32,6 @@ from normlab.analysis.findings._common import (
     baseline_note,
     diverged_count,
     end_loss,
-    fmt_ci,
     fmt_series,
     learned_count,
     need,
@@ -42,16 +43,7 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.load import RunSet, UnknownKey
 from normlab.analysis.plots import ReportFigure
 from normlab.analysis.stats import layer_columns
-from normlab.analysis.verdicts import (
-    EQUALITY,
-    Estimate,
-    Outcome,
-    check,
-    difference,
-    equivalence_check,
-    estimate,
-    undecided,
-)
+from normlab.analysis.verdicts import CONFIDENCE, EQUALITY, Outcome, check, equivalence_check, undecided
 from normlab.metrics import names
 
 TIE = "model.tie_embeddings"
@@ -220,7 +212,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 "learned": learned_count(rs, runs),
                 "diverged": diverged_count(runs),
                 "final val loss": fmt_series(loss[label]),
-                "− unigram (90 % CI)": fmt_ci(estimate(gap[label])),
+                f"− unigram ({CI_LABEL})": fmt_estimate(estimate(gap[label]), CONFIDENCE),
                 "log(‖g_block0‖/‖g_last‖), early": fmt_series(ratio[label], 2),
                 "gradient ratio per block, early": fmt_series(decay[label], 2),
                 "log Δ effective rank": fmt_series(rank[label], 2),

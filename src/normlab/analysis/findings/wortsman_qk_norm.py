@@ -21,14 +21,15 @@ import math
 import numpy as np
 import pandas as pd
 
+from normlab.analysis.estimate import difference, fmt_estimate
 from normlab.analysis.findings._common import (
+    CI_LABEL,
     CannotEvaluate,
     Drawn,
     Extras,
     Finding,
     baseline_note,
     end_loss,
-    fmt_ci,
     fmt_series,
     key,
     learned_count,
@@ -40,7 +41,7 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure
 from normlab.analysis.stats import layer_columns
-from normlab.analysis.verdicts import Outcome, Precondition, check, difference
+from normlab.analysis.verdicts import CONFIDENCE, Outcome, Precondition, check
 from normlab.metrics import names
 
 QK_KEY = "model.qk_norm"
@@ -193,7 +194,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     notes = [
         f"Learning-rate grid: {', '.join(f'{v:g}' for v in lrs)}; ℓ₀ = {l0:.3f} nats (mean over runs). Cells "
         "give min(final val loss, ℓ₀), mean ± std over seeds.",
-        f"Differences (90 % CI): LR sensitivity none − ln {fmt_ci(checks[2].est)} nats.",
+        f"Differences ({CI_LABEL}): LR sensitivity none − ln {fmt_estimate(checks[2].est, CONFIDENCE)} nats.",
     ] + gate.notes
     notes.append(
         "Learned per variant at its best lr: "

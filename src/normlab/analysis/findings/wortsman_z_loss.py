@@ -25,6 +25,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from normlab.analysis.estimate import difference, estimate
 from normlab.analysis.findings._common import (
     LOGITS_LOG_Z,
     CannotEvaluate,
@@ -42,7 +43,7 @@ from normlab.analysis.findings._common import (
 )
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure
-from normlab.analysis.verdicts import Outcome, Precondition, check, difference, estimate
+from normlab.analysis.verdicts import Outcome, Precondition, check
 
 Z_KEY = "optim.z_loss"
 PAPER_Z = 1e-4  # the coefficient Wortsman et al. use (PaLM's)

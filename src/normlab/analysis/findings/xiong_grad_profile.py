@@ -20,12 +20,13 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from normlab.analysis.estimate import Estimate, estimate, fmt_estimate
 from normlab.analysis.findings._common import (
+    CI_LABEL,
     CannotEvaluate,
     Drawn,
     Extras,
     Finding,
-    fmt_ci,
     fmt_series,
     group_labels,
     need,
@@ -35,7 +36,7 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.findings.robustness import Perturbation
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure, plot_grad_profile_init
-from normlab.analysis.verdicts import Check, Estimate, Outcome, check, combine, estimate
+from normlab.analysis.verdicts import CONFIDENCE, Check, Outcome, check, combine
 from normlab.metrics import names
 
 # Fig. 3 plots the growth without a size to carry over: a top third ≥ 10 % above the bottom third (log
@@ -139,10 +140,10 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 {
                     "init": init,
                     "placement": pl,
-                    "depth exponent b (‖g_last‖ ∝ L^b), 90 % CI": fmt_ci(b[pl], 2),
+                    f"depth exponent b (‖g_last‖ ∝ L^b), {CI_LABEL}": fmt_estimate(b[pl], CONFIDENCE, 2),
                     f"‖g_last‖ at L={lmin}": fmt_series(last[lmin], 3),
                     f"‖g_last‖ at L={lmax}": fmt_series(last[lmax], 3),
-                    f"log(top/bottom third) at L={lmax}, 90 % CI": fmt_ci(conc[pl], 2),
+                    f"log(top/bottom third) at L={lmax}, {CI_LABEL}": fmt_estimate(conc[pl], CONFIDENCE, 2),
                 }
             )
         tag = f"[{init} init] "

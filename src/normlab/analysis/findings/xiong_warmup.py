@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import math
 
+from normlab.analysis.estimate import difference, fmt_estimate
 from normlab.analysis.findings._common import (
+    CI_LABEL,
     CannotEvaluate,
     Drawn,
     Extras,
     Finding,
     baseline_note,
     diverged_count,
-    fmt_ci,
     fmt_series,
     group_labels,
     learned_count,
@@ -38,7 +39,7 @@ from normlab.analysis.findings._common import (
 from normlab.analysis.findings.robustness import Perturbation
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grid, plot_loss
-from normlab.analysis.verdicts import REPRODUCED, Outcome, check, difference, undecided
+from normlab.analysis.verdicts import CONFIDENCE, REPRODUCED, Outcome, check, undecided
 
 # The paper's gap is in BLEU (8.45 without warm-up against ≈ 34 with it, Fig. 2), not a loss we can carry
 # over: a gap (or a remaining gap) under 0.05 nats (≈ 5 % in perplexity) does not count as one.
@@ -98,14 +99,14 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 }
             )
     notes = [
-        f"Gap Post-LN − Pre-LN (90 % CI): Δ₀ = {fmt_ci(gap0)} nats without warm-up, Δ_w = {fmt_ci(gap1)} "
+        f"Gap Post-LN − Pre-LN ({CI_LABEL}): Δ₀ = {fmt_estimate(gap0, CONFIDENCE)} nats without warm-up, Δ_w = {fmt_estimate(gap1, CONFIDENCE)} "
         f"nats with {w1} warm-up steps."
     ]
     if math.isfinite(gap0.value) and gap0.value > 0 and first.verdict == REPRODUCED:
         notes[0] += f" Warm-up closes {100 * (1 - gap1.value / gap0.value):.0f} % of the gap."
     pre_cost = difference(loss[("pre", w0)], loss[("pre", w1)])
     notes.append(
-        f"Pre-LN without warm-up − with: {fmt_ci(pre_cost)} nats (positive: warm-up helps Pre-LN too)."
+        f"Pre-LN without warm-up − with: {fmt_estimate(pre_cost, CONFIDENCE)} nats (positive: warm-up helps Pre-LN too)."
     )
     gate = require_learning(
         rs,
