@@ -17,7 +17,7 @@ import pytest
 from scipy import stats
 
 from normlab.analysis.estimate import Estimate, combination, difference, estimate, welch_df
-from normlab.analysis.verdicts import (
+from normlab.study.verdicts import (
     ALPHA,
     INCONCLUSIVE,
     NOT_REPRODUCED,
