@@ -1,39 +1,39 @@
-"""What every figure shares: constants, styles per variant, legends with n and notes, identical-curve notes
-(see the package docstring). What goes on an Axes is in `axes.py`; which numbers a line shows, in
-`series.py`."""
+"""What every figure shares (see the package docstring for what each figure shows): constants, the
+Figure class, fitted titles, each variant's style and legend entry, notes on identical curves, integer
+step ticks, log axes, panel layouts and which variants have a metric. Each figure family is one module
+beside this one: `step_curves` (loss, gradient norm, model update), `layer_panels` (per-layer metrics
+over training), `layer_profiles` (per-layer profiles), `grid` (final values over two keys)."""
 
 from __future__ import annotations
 
 import io
+import math
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import LogFormatter, MaxNLocator
 
 from normlab.analysis.load import RunSet
+from normlab.analysis.stats import finite
+from normlab.metrics import names
 
 DPI = 150
 STEP_LABEL = "optimizer step"
-LOSS_UNIT = "cross-entropy (nats/token)"
 LAYER_LABEL = "block index (0 = next to the embedding)"
 BAND_ALPHA = 0.18
-AUTO_SMOOTH_POINTS = 100  # automatic smoothing of per-step curves keeps about this many windows
-MAX_BANDS = 6  # with more variants than this, ± std bands are left out: they would cover each other
 MARKS_PER_LINE = 8  # markers along a long curve (every point of a short one)
 RANGE_RATIO = 10.0  # panels or variants whose ranges differ more than this get their own or a log scale
 SAME_CURVE_RTOL = 1e-6  # curves equal to this relative tolerance at every point are "identical"
-WATCH_COLOR = "0.55"
 
 
 class NoData(Exception):
     """The runs hold no data for this figure; the message says what is missing."""
-
-
-# ------------------------------------------------------------------------------------------- helpers
 
 
 class ReportFigure(Figure):
@@ -102,7 +102,7 @@ def metric_family(layer_name: Callable[[int], str]) -> str:
     return layer_name(987654321).replace("987654321", "i")
 
 
-# ------------------------------------------------------------------------------------- variant styles
+# ---------------------------------------------------------------------------- variant styles and legends
 
 
 @dataclass(frozen=True)
@@ -170,36 +170,12 @@ def note_handle(text: str, width: int = 34) -> Line2D:
     return Line2D([], [], ls="none", marker="none", label=textwrap.fill(text, width))
 
 
-SPIKE_STYLE = dict(marker="^", s=42, facecolors="none", linewidths=1.3, zorder=5)
-CROSS_STYLE = dict(marker="X", s=90, edgecolors="black", linewidths=0.8, zorder=6)
-
-
-def marker_handles(spikes: bool, crosses: bool, spike_label: str = "loss spike") -> list[Line2D]:
-    out = []
-    if spikes:
-        out.append(
-            Line2D([], [], ls="", marker="^", mfc="none", mec="0.25", ms=7, mew=1.3, label=spike_label)
-        )
-    if crosses:
-        out.append(
-            Line2D(
-                [], [], ls="", marker="X", mfc="0.4", mec="black", ms=9, label="diverged (last finite value)"
-            )
-        )
-    return out
-
-
 def add_legend(fig: Figure, handles: list[Any], title: str | None = None) -> None:
     if handles:
         fig.legend(handles=handles, loc="outside right upper", frameon=False, fontsize=9, title=title)
 
 
-FEWER_SEEDS = Line2D(
-    [], [], color="0.3", lw=1.2, alpha=0.45, label="faded: fewer runs (one diverged/stopped)"
-)
-
-
-# ------------------------------------------------------------------------------------- coinciding curves
+# -------------------------------------------------------------------------------------- identical curves
 
 
 def coinciding(
@@ -237,3 +213,85 @@ def coincide_notes(rs: RunSet, groups: Sequence[Sequence[str]]) -> list[str]:
 
 def coincide_handles(rs: RunSet, groups: Sequence[Sequence[str]]) -> list[Line2D]:
     return [note_handle(note) for note in coincide_notes(rs, groups)]
+
+
+# ----------------------------------------------------------------------------------- axes and selections
+
+
+def last_step(rs: RunSet) -> int:
+    """The true last step of these runs: the most updates any run made (summary.json `steps`), or the
+    largest logged step if that is larger (a final evaluation row sits at step = max_steps)."""
+    steps = pd.to_numeric(rs.valid["steps"], errors="coerce").dropna() if "steps" in rs.valid else []
+    logged = rs.metrics[names.STEP].max() if not rs.metrics.empty else 0
+    candidates = [float(logged) if pd.notna(logged) else 0.0]
+    if len(steps):
+        candidates.append(float(steps.max()))
+    return int(max(candidates))
+
+
+def step_ticks(last: int, nbins: int = 8) -> list[int]:
+    """Integer ticks from 0 that end exactly at `last` (a neighbouring round tick that would crowd it is dropped)."""
+    if last <= 0:
+        return [0]
+    ticks = [int(t) for t in MaxNLocator(nbins=nbins, integer=True).tick_values(0, last) if 0 <= t <= last]
+    if ticks[-1] != last:
+        if len(ticks) > 1 and last - ticks[-1] < 0.08 * last:
+            ticks.pop()
+        ticks.append(last)
+    return ticks
+
+
+class PlainLogFormatter(LogFormatter):
+    """Log-axis tick labels as 0.03, 0.1, 1, 30 (scientific only far from 1), minor ticks labelled when
+    the axis spans little more than a decade."""
+
+    # LogFormatter's documented extension point has no public hook for the number's text; overriding
+    # this private method is what LogFormatterSciNotation does too (tests/test_private_apis.py)
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return f"{x:g}" if 1e-3 <= abs(x) < 1e5 else f"{x:.0e}".replace("e-0", "e-").replace("e+0", "e")
+
+
+def log_y(ax) -> None:
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+
+
+def panel_grid(n: int, max_cols: int = 3) -> tuple[int, int]:
+    ncols = min(n, max_cols)
+    return math.ceil(n / ncols), ncols
+
+
+def agg_note(rs: RunSet, band: bool = True, panels: bool = False) -> str:
+    """How lines relate to runs: 'mean over seeds, band ± 1 std where n ≥ 2', or 'one line per run'."""
+    sizes = rs.valid.groupby("variant").size()
+    if sizes.empty or sizes.max() <= 1:
+        return "one run per variant" if panels else "one run per variant, n=1: no bands"
+    return "mean over seeds, band ± 1 std where n ≥ 2" if band and not panels else "mean over seeds"
+
+
+def runs_of(rs: RunSet, variant: str) -> list[str]:
+    valid = rs.valid
+    return valid.index[valid["variant"] == variant].tolist()
+
+
+def variants_with(rs: RunSet, metric_cols: Sequence[str]) -> list[str]:
+    m = rs.metrics
+    cols = [c for c in metric_cols if c in m.columns]
+    if not cols:
+        return []
+    has = m[cols].apply(finite).notna().any(axis=1)
+    runs = set(m.loc[has, "run"])
+    return [v for v in rs.variants if any(r in runs for r in runs_of(rs, v))]
+
+
+def range_ratio(maxima: Sequence[float]) -> float:
+    """Largest over smallest of the panels' (or variants') largest absolute values; 1 when undefined."""
+    m = np.abs(np.asarray([v for v in maxima if v is not None and np.isfinite(v)], dtype=float))
+    m = m[m > 0]
+    return float(m.max() / m.min()) if m.size >= 2 else 1.0
+
+
+def fmt_value(x: float) -> str:
+    """3 significant digits at least, 2 decimals below 100: '10.99', '250', '0.0031'."""
+    return f"{x:.2f}" if 1 <= abs(x) < 100 else f"{x:.3g}"

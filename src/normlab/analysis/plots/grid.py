@@ -1,4 +1,4 @@
-"""Grids of final values: one cell per combination of two swept keys."""
+"""Grids of final values: one cell per combination of two swept keys, a panel per value of the others."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from normlab.analysis.load import RunSet, short_names, sortable, variant_label
-from normlab.analysis.plots.axes import panel_grid
-from normlab.analysis.plots.style import NoData, fit_suptitle, new_figure
+from normlab.analysis.plots.base import (
+    NoData,
+    fit_suptitle,
+    new_figure,
+    panel_grid,
+)
 from normlab.analysis.stats import finite
-
-# ---------------------------------------------------------------------------------------------- grid
 
 
 @dataclass

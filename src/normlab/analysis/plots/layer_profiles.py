@@ -1,40 +1,33 @@
-"""Layer profiles: gradient norm per block at initialisation and over training, residual-stream RMS per block."""
+"""Per-layer profiles against the block index: gradient norm at initialisation, residual-stream RMS at
+the start and the end, layer importance (the loss with each block skipped)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from normlab.analysis.load import RunSet
-from normlab.analysis.plots.axes import (
-    color_title,
-    last_step,
-    log_y,
-    mark_duplicate_panels,
-    panel_grid,
-    step_ticks,
-)
-from normlab.analysis.plots.cuts import colour_cut_note, log_colour_scale
-from normlab.analysis.plots.series import agg_note, layer_means, matrix_groups, runs_of, variants_with
-from normlab.analysis.plots.style import (
+from normlab.analysis.plots.base import (
     BAND_ALPHA,
     LAYER_LABEL,
-    STEP_LABEL,
     NoData,
     Style,
     add_legend,
+    agg_note,
     coincide_handles,
     coinciding,
     fit_suptitle,
+    last_step,
+    log_y,
     metric_family,
-    n_label,
     new_figure,
+    runs_of,
     variant_handles,
     variant_styles,
+    variants_with,
 )
 from normlab.analysis.stats import finite, layer_columns
 from normlab.metrics import names
@@ -90,56 +83,6 @@ def plot_grad_profile_init(rs: RunSet) -> Figure:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     add_legend(fig, variant_handles(rs, shown) + coincide_handles(rs, coinciding(curves)))
     return fig
-
-
-def plot_grad_heatmap(rs: RunSet) -> Figure:
-    """Per-layer gradient norm over training: a layer × step heatmap per variant, one shared log colour scale."""
-    cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
-    variants = variants_with(rs, list(cols.values()))
-    if not variants:
-        raise NoData(f"no per-layer gradient norms ({metric_family(names.grad_norm_layer)})")
-    mats = {v: layer_means(rs, v, cols) for v in variants}
-    mats = {v: m for v, m in mats.items() if not m.empty}
-    scale = log_colour_scale(mats)
-    if scale is None:
-        raise NoData("per-layer gradient norms are all zero or non-finite")
-    norm = LogNorm(vmin=scale.vmin, vmax=scale.vmax)
-    nrows, ncols = panel_grid(len(mats))
-    fig, axes = new_figure(nrows, ncols, width=4.4 * ncols + 1.2, height=3.3 * nrows + 0.7)
-    last = last_step(rs)
-    mesh = None
-    ax_of = {}
-    for ax, (variant, m) in zip(axes.flat, mats.items(), strict=False):
-        ax.grid(False)
-        ax_of[variant] = ax
-        steps = m.index.to_numpy(dtype=float)
-        layers = m.columns.to_numpy(dtype=float)
-        data = np.ma.masked_invalid(np.where(m.to_numpy(dtype=float) > 0, m.to_numpy(dtype=float), np.nan).T)
-        mesh = ax.pcolormesh(
-            cell_edges(steps), cell_edges(layers), data, norm=norm, cmap="viridis", shading="flat"
-        )
-        color_title(ax, n_label(rs, variant), rs.colors[variant])
-        ax.set_xlabel(STEP_LABEL)
-        ax.set_xticks(step_ticks(last, nbins=5))
-        ax.set_ylabel("block index")
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    for ax in list(axes.flat)[len(mats) :]:
-        ax.set_visible(False)
-    mark_duplicate_panels(ax_of, matrix_groups(mats), rs)
-    fig.colorbar(mesh, ax=axes, label="gradient L2 norm of the block (log)", extend=scale.extend, shrink=0.9)
-    title = f"Per-layer gradient norm over training ({agg_note(rs, panels=True)}; block 0 = next to the embedding)"
-    cut = colour_cut_note(scale)
-    fit_suptitle(fig, title + (f"\n{cut}" if cut else ""))
-    return fig
-
-
-def cell_edges(centers: np.ndarray) -> np.ndarray:
-    if len(centers) == 1:
-        return np.array([centers[0] - 0.5, centers[0] + 0.5])
-    mids = (centers[1:] + centers[:-1]) / 2
-    return np.concatenate(
-        [[centers[0] - (mids[0] - centers[0])], mids, [centers[-1] + (centers[-1] - mids[-1])]]
-    )
 
 
 def plot_act_rms(rs: RunSet) -> Figure:
