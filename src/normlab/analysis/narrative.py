@@ -7,7 +7,8 @@ Everything here is computed from a RunSet; the wording follows fixed rules so a 
   LEVEL (95 %) confidence interval from Student's t, formatted by `estimate.fmt_ci`, and both n shown.
   The level is two-sided 95 % because a report compares variants without a direction claimed in
   advance (the findings' 90 % intervals are those of one-sided tests of a direction a paper claims);
-  report.md states it once, in the note under its effects table;
+  report.md states it once, where it says how seeds are averaged (its effects table's CI column is
+  headed with it);
 - every comparison gets one reading (`reading`), used by the sentences and the tables alike:
   "worse" / "better" only when that interval excludes 0; "no clear difference" when it includes 0 (the
   sentence gives the signed difference, never a direction); "untested" when there is no noise estimate —
@@ -51,7 +52,7 @@ def fmt_signed(x: float, digits: int = 3) -> str:
 
 
 def fmt_interval(c: Comparison, digits: int = 3) -> str:
-    """'CI [+0.120, +0.280], n = 3 vs 3' (the level is stated once per report, under the effects table)."""
+    """'CI [+0.120, +0.280], n = 3 vs 3': the LEVEL interval (the report states the level once)."""
     return f"CI {fmt_ci(c.est, LEVEL, digits)}, n = {c.n_a} vs {c.n_b}"
 
 
