@@ -14,9 +14,22 @@ ALLOWED = {
     "data": {"errors", "io", "configs"},
     "metrics": {"model", "io", "configs", "train.summary"},
     "train": {"model", "data", "metrics", "config", "configs", "distributed", "commands", "errors", "io"},
-    # reproduce.py runs the norm profiler (bench) next to finding 5's sweep
-    "analysis": {"model", "data", "metrics", "train.summary", "config", "configs", "errors", "io", "bench"},
+    # analysis only reads run directories: metric names and summary.json's definition, atomic writes
+    "analysis": {"metrics", "train.summary", "errors", "io"},
     "bench": {"model", "data", "metrics", "train", "config", "configs", "errors", "io"},
+    # the study layer reads runs through analysis and measures with bench (finding 5's norm profiler)
+    "study": {
+        "analysis",
+        "bench",
+        "model",
+        "data",
+        "metrics",
+        "train.summary",
+        "config",
+        "configs",
+        "errors",
+        "io",
+    },
 }
 EXCEPTIONS: set[tuple[str, str]] = set()
 

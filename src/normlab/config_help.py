@@ -172,8 +172,11 @@ def _knob_line(name: str, comment: str) -> str:
 
 
 def _group_options(config_dir: Path, group: str) -> list[str]:
-    # files starting with "_" are shared bases (configs/experiment/_cpu_small.yaml), not options
-    return sorted(p.stem for p in (config_dir / group).glob("*.yaml") if not p.stem.startswith("_"))
+    """A group's options, those in subfolders by their path (experiment: findings/xiong_warmup); files
+    starting with "_" are shared bases (configs/experiment/findings/_cpu_small.yaml), not options."""
+    folder = config_dir / group
+    paths = [p.relative_to(folder).with_suffix("") for p in folder.rglob("*.yaml")]
+    return sorted(p.as_posix() for p in paths if not p.name.startswith("_"))
 
 
 def _primary_groups(config_dir: Path, choices: Mapping[str, Any]) -> list[str]:
@@ -247,18 +250,15 @@ def _first_sentence(text: str) -> str:
 
 
 def render_presets(root: DictConfig) -> str:
-    """Each preset of configs/experiment/ with the first line of its header comment."""
+    """Each preset of configs/experiment/ (its subfolders too) with the first line of its header comment."""
     config_dir = _config_dir(root)
     folder = config_dir / PRESET_GROUP if config_dir else None
     if folder is None or not folder.is_dir():
         return "  (none)"
     lines = []
-    for path in sorted(folder.glob("*.yaml")):
-        if path.stem.startswith("_"):  # a shared base of the presets, not a preset
-            continue
-        header = parse_yaml_comments(path.read_text()).header
-        first = _first_sentence(header)
-        lines.append(_knob_line(path.stem, first))
+    for name in _group_options(config_dir, PRESET_GROUP):  # the findings' presets: findings/NAME
+        header = parse_yaml_comments((folder / f"{name}.yaml").read_text()).header
+        lines.append(_knob_line(name, _first_sentence(header)))
     return "\n".join(lines) or "  (none)"
 
 

@@ -23,7 +23,9 @@ def compose_cfg(*overrides: str):
 
 
 def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
+    """A group's files, those in subfolders by their path (experiment: findings/xiong_warmup)."""
+    folder = CONFIGS / group
+    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
 
 
 @pytest.mark.parametrize(
