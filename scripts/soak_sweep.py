@@ -33,7 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-delay",
         type=float,
         default=10.0,
-        help="a fault comes 0.5..this many seconds into an invocation",
+        help="a fault comes 0.5..this many seconds into an invocation (at most 1.5 × the reference "
+        "sweep's wall time / faults, so that all faults land before the sweep is done)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
     p.add_argument(
