@@ -128,3 +128,14 @@ def test_a_findings_measurement_is_stored_beside_its_sweep_and_read_back(tmp_pat
     (profile,) = FINDINGS["rmsnorm_speed"].measurements
     assert (profile.key, profile.file) == ("profile", "profile_norm.json")
     assert all(not f.measurements for f in FINDINGS.values() if f.name != "rmsnorm_speed")
+
+
+def test_the_core_sets_wall_time_names_the_share_of_its_perturbed_sweeps():
+    from normlab.study.report import _totals
+
+    findings = {n: {"wall_s": 300.0, "perturbed": {"wall_s": 120.0}} for n in CORE}
+    line = _totals({"findings": findings}, list(CORE))
+    # 4 × 300 s = 20 min in all, 4 × 120 s = 8 min of it in the perturbed sweeps
+    assert "20 min 00 s (8 min 00 s of it the perturbed sweeps" in line
+    findings = {n: {"wall_s": 300.0} for n in CORE}  # run with --no-perturb: no share to name
+    assert "perturbed" not in _totals({"findings": findings}, list(CORE))

@@ -333,7 +333,14 @@ def _totals(timings: dict[str, Any], names: Sequence[str]) -> str:
     core = [n for n in CORE if n in recs]
     if len(core) == len(CORE):
         numbers = ", ".join(str(FINDINGS[n].number) for n in CORE)
-        parts.append(f"core set (findings {numbers}): {fmt_duration(sum(recs[n]['wall_s'] for n in core))}")
+        total = sum(recs[n]["wall_s"] for n in core)
+        perturbed = sum((recs[n].get("perturbed") or {}).get("wall_s", 0.0) for n in core)
+        share = (
+            f" ({fmt_duration(perturbed)} of it the perturbed sweeps of the robustness line)"
+            if perturbed
+            else ""
+        )
+        parts.append(f"core set (findings {numbers}): {fmt_duration(total)}{share}")
     if len(recs) == len(FINDINGS):
         parts.append(f"all {len(FINDINGS)}: {fmt_duration(sum(r['wall_s'] for r in recs.values()))}")
     elif not parts:
