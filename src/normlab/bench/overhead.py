@@ -96,7 +96,8 @@ def step_kind(step: int, metrics: Any) -> str:
     every, hist = metrics.every, metrics.histogram_every
     if hist and step % (max(every, 1) * hist) == 0:
         return "histogram"
-    if step == 0 or (every and step % every == 0):
+    # the same rule as InstrumentConfig.instrumented: every step up to dense_until, then every `every`
+    if step <= metrics.dense_until or (every and step % every == 0):
         return "instrumented"
     return "plain"
 
