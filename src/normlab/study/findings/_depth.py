@@ -15,11 +15,13 @@ import math
 import numpy as np
 import pandas as pd
 
+from normlab.analysis.estimate import estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import layer_contributions
 from normlab.metrics import names
 from normlab.study.findings._common import CannotEvaluate, need_metric
 from normlab.study.findings.periln import profiles
+from normlab.study.verdicts import Check, check
 
 # nats: a block whose removal moves the validation loss by less than this (≈ 1 % in perplexity) does
 # not count as contributing more or less; applied to the mean over the blocks of a half
@@ -61,3 +63,15 @@ def halves(depth: int) -> str:
 def mean_or_nan(values: pd.Series) -> float:
     v = values.dropna()
     return float(v.mean()) if not v.empty else math.nan
+
+
+def curse_of_depth(pre: pd.DataFrame, depth: int) -> Check:
+    """Both depth findings' precondition: under Pre-LN the deeper half of the blocks contributes less than
+    the shallower half (`pre` from `depth_profile` of the Pre-LN runs)."""
+    return check(
+        "Under Pre-LN the deeper blocks contribute less than the shallower ones (the curse of depth)",
+        f"mean loss rise when one block is skipped, {halves(depth)}: shallower − deeper, Pre-LN",
+        estimate(pre["shallow"] - pre["deep"]),
+        margin=CONTRIBUTION_MARGIN,
+        unit="nats",
+    )

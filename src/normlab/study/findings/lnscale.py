@@ -37,7 +37,12 @@ from normlab.study.findings._common import (
     require_learning,
     where,
 )
-from normlab.study.findings._depth import CONTRIBUTION_MARGIN, GROWTH_MARGIN, depth_profile, halves
+from normlab.study.findings._depth import (
+    CONTRIBUTION_MARGIN,
+    GROWTH_MARGIN,
+    curse_of_depth,
+    depth_profile,
+)
 from normlab.study.verdicts import CONFIDENCE, Outcome, Precondition, check
 
 PLACEMENTS = {"pre": "Pre-LN", "lnscale": "LayerNorm Scaling"}
@@ -60,13 +65,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         difference(pre["growth_end"], lns["growth_end"]),
         margin=GROWTH_MARGIN,
     )
-    cursed = check(
-        "Under Pre-LN the deeper blocks contribute less than the shallower ones (the curse of depth)",
-        f"mean loss rise when one block is skipped, {halves(depth)}: shallower − deeper, Pre-LN",
-        estimate(pre["shallow"] - pre["deep"]),
-        margin=CONTRIBUTION_MARGIN,
-        unit="nats",
-    )
+    cursed = curse_of_depth(pre, depth)
     raises = check(
         "LayerNorm Scaling's deeper blocks contribute more than Pre-LN's",
         f"mean loss rise when one of blocks {depth // 2}–{depth - 1} is skipped: LayerNorm Scaling − Pre-LN "

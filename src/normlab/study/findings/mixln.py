@@ -44,7 +44,7 @@ from normlab.study.findings._common import (
     run_metric,
     where,
 )
-from normlab.study.findings._depth import CONTRIBUTION_MARGIN, depth_profile, halves
+from normlab.study.findings._depth import CONTRIBUTION_MARGIN, curse_of_depth, depth_profile
 from normlab.study.verdicts import CONFIDENCE, Outcome, Precondition, check
 
 PLACEMENTS = {"pre": "Pre-LN", "mixln": "Mix-LN"}
@@ -72,13 +72,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     pre, mix = prof["pre"], prof["mixln"]
     depth = int(pre["depth"].max())
     peaks = {pl: [grad_peak(rs, r) for r in where(rs, placement=pl).index] for pl in PLACEMENTS}
-    cursed = check(
-        "Under Pre-LN the deeper blocks contribute less than the shallower ones",
-        f"mean loss rise when one block is skipped, {halves(depth)}: shallower − deeper, Pre-LN",
-        estimate(pre["shallow"] - pre["deep"]),
-        margin=CONTRIBUTION_MARGIN,
-        unit="nats",
-    )
+    cursed = curse_of_depth(pre, depth)
     deeper = check(
         "Mix-LN's deeper blocks contribute more than Pre-LN's",
         f"mean loss rise when one of blocks {depth // 2}–{depth - 1} is skipped: Mix-LN − Pre-LN (Welch)",
