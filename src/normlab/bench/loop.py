@@ -25,7 +25,9 @@ printing. `--compile both` wraps it in torch.compile as its train.py does by def
 Both sides start from their own init with the same seed and see random token ids (the compute per step
 does not depend on the text). Timed blocks of `--block-steps` steps alternate A B | B A | A B …, and each
 block pair gives a ratio (other side's time / normlab's time, > 1 = normlab faster); the headline is the
-median over pairs, so a burst of load from another process moves one pair, not the result. The machine's
+median over pairs, so a burst of load from another process moves one pair, not the result — and so does
+the dense start (every step ≤ `metrics.dense_until` instrumented, a once-per-run cost that falls in the
+first timed block): the headline is the steady-state ratio. The machine's
 load average is printed before and after: on a shared machine quote it with the result.
 """
 
