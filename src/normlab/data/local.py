@@ -263,7 +263,7 @@ def _others(files: Iterable[Path], root: Path, limit: int = 6) -> str:
 
 class FileSource(Source):
     """Documents from local files; validation from the validation files, or every k-th document (k from
-    `val_fraction`). `cfg` is the data group with its YAML defaults filled in (`with_defaults`), as
+    `val_fraction`). `cfg` is the data group with its config defaults filled in (`with_defaults`), as
     `tinystories_source` and `text_source` pass it."""
 
     def __init__(

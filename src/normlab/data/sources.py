@@ -11,9 +11,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from normlab.configs import group_defaults
-
 from .cache import progress_enabled
+from .config import DATA
 from .synthetic import GENERATOR_VERSION, TRAIN_STREAM, VAL_STREAM, generate_story
 
 
@@ -44,9 +43,9 @@ class Source:
 
 
 def with_defaults(cfg: Mapping[str, Any], option: str) -> dict[str, Any]:
-    """`cfg` (a `data` group, possibly partial) over configs/data/OPTION.yaml: the keys it leaves out take
-    the YAML's values, their one place."""
-    return {**group_defaults("data", option), **cfg}
+    """`cfg` (a `data` group, possibly partial) over the defaults of OPTION's config (normlab.data.config):
+    the keys it leaves out take those, their one place."""
+    return {**DATA[option].defaults(), **cfg}
 
 
 def positive_int(cfg: Mapping[str, Any], key: str, *, allow_null: bool = False) -> Any:

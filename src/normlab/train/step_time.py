@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.configs import group_defaults
+from normlab.model.config import SIZES
 from normlab.train import flops
 from normlab.train.optim import build_optimizer
 
@@ -34,7 +34,7 @@ SMALL_BATCH, LARGE_BATCH = 1, 8  # sequences in the two timed forward + backward
 ROUNDS, MAX_ROUNDS = 2, 10  # rounds of timings (each pass and the optimizer step once per round)
 BUDGET_S = 0.3  # ... repeated until this much time is spent; the fastest of each counts
 SLOW_STEP_S = 1.0  # above this, a CPU user is pointed at model=tiny
-TINY = "tiny"  # the preset meant for CPUs (configs/model/tiny.yaml)
+TINY = "tiny"  # the size preset meant for CPUs (model=tiny: normlab.model.config.SIZES)
 
 
 @dataclass(frozen=True)
@@ -133,9 +133,9 @@ def fmt_duration(seconds: float) -> str:
 def tiny_settings(
     model_cfg: dict[str, Any], train_cfg: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The run's model and train settings with the tiny preset's size (configs/model/tiny.yaml) instead:
+    """The run's model and train settings with the tiny preset's size (model=tiny) instead:
     its width, heads and context, and a sequence length that fits that context."""
-    tiny = {k: v for k, v in group_defaults("model", TINY).items() if k != "defaults"}
+    tiny = dict(SIZES[TINY][1])  # what model=tiny changes: its width, heads and context
     context = int(tiny["context_length"])
     seq_len = int(train_cfg["seq_len"])
     same = seq_len == int(model_cfg["context_length"])  # train.seq_len follows model.context_length
