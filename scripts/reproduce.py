@@ -5,12 +5,12 @@
     python scripts/reproduce.py --list          # the findings and their presets
     python scripts/reproduce.py --from-existing --out DIR   # rebuild the report without training
 
-See `python scripts/reproduce.py --help` and normlab/analysis/reproduce.py.
+See `python scripts/reproduce.py --help` and normlab/study/reproduce.py.
 """
 
 import sys
 
-from normlab.analysis.reproduce import main
+from normlab.study.reproduce import main
 
 if __name__ == "__main__":
     sys.exit(main())

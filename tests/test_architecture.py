@@ -15,10 +15,23 @@ ALLOWED = {
     "metrics": {"model", "io", "knobs", "train.summary"},
     # the groups' options: their dataclasses live with the code they configure, below
     "config": {"model", "data", "metrics", "errors", "knobs", "configs"},
-    "train": {"model", "data", "metrics", "config", "distributed", "errors", "io", "knobs"},
-    # reproduce.py runs the norm profiler (bench) next to finding 5's sweep
-    "analysis": {"model", "data", "metrics", "train.summary", "config", "configs", "errors", "io", "bench"},
+    "train": {"model", "data", "metrics", "config", "distributed", "commands", "errors", "io", "knobs"},
+    # analysis only reads run directories: metric names and summary.json's definition, atomic writes
+    "analysis": {"metrics", "train.summary", "errors", "io"},
     "bench": {"model", "data", "metrics", "train", "config", "configs", "errors", "io"},
+    # the study layer reads runs through analysis and measures with bench (finding 5's norm profiler)
+    "study": {
+        "analysis",
+        "bench",
+        "model",
+        "data",
+        "metrics",
+        "train.summary",
+        "config",
+        "configs",
+        "errors",
+        "io",
+    },
 }
 # modules of the bottom layer: what each may import from normlab
 BOTTOM = {"knobs.py": {"errors"}, "errors.py": set(), "io.py": set()}
@@ -68,4 +81,4 @@ def test_nothing_reads_configs_yaml_at_build_time():
         for path in SRC.rglob("*.py")
         if "configs" in {m.split(".")[0] for m in imported(path)}
     )
-    assert readers == ["analysis/findings_report.py", "config/compose.py", "config/help.py"], readers
+    assert readers == ["config/compose.py", "config/help.py", "study/report.py"], readers

@@ -1,11 +1,18 @@
-"""The fused LM head + loss against torch's cross-entropy on materialised logits, values and gradients."""
+"""The LM head and its loss: the fused path against torch's cross-entropy on materialised logits (values and
+gradients), and the trainer's rows through the fused and the plain path."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from normlab.train import head_loss
-from normlab.train.head_loss import chunk_rows, head_objective, head_objective_with_stats
+from normlab.train import fused_head
+from normlab.train.fused_head import chunk_rows, fused_objective
+from normlab.train.head_loss import HeadLoss
+
+
+def head_objective(hidden, weight, targets, z_loss=0.0):
+    objective, ce, _ = fused_objective(hidden, weight, targets, z_loss)
+    return objective, ce
 
 
 def reference(hidden, weight, targets, z_loss):
@@ -18,7 +25,7 @@ def reference(hidden, weight, targets, z_loss):
 @pytest.mark.parametrize("z_loss", [0.0, 1e-2])
 @pytest.mark.parametrize(("shape", "vocab"), [((3, 5, 8), 50), ((2, 700, 16), 3001), ((4, 16), 7)])
 def test_matches_cross_entropy_and_its_gradients(shape, vocab, z_loss, chunk_elements, monkeypatch):
-    monkeypatch.setattr(head_loss, "CHUNK_ELEMENTS", chunk_elements)
+    monkeypatch.setattr(fused_head, "CHUNK_ELEMENTS", chunk_elements)
     torch.manual_seed(0)
     hidden = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     weight = (torch.randn(vocab, shape[-1], dtype=torch.float64) * 0.5).requires_grad_()
@@ -74,7 +81,7 @@ def test_logit_statistics_match_the_materialised_logits():
     hidden = torch.randn(3, 40, 16)
     weight = torch.randn(3000, 16) * 0.3
     targets = torch.randint(3000, (3, 40))
-    _, _, stats = head_objective_with_stats(hidden, weight, targets)
+    _, _, stats = fused_objective(hidden, weight, targets, stats=True)
     logits = hidden @ weight.t()
     torch.testing.assert_close(stats.max, logits.amax())
     torch.testing.assert_close(stats.mean, logits.mean(), rtol=1e-4, atol=1e-6)
@@ -101,9 +108,11 @@ def test_the_fused_head_gives_the_reference_path_rows(make_cfg, tmp_path):
         trainer = Trainer.from_config(
             {**c, "warmup_steps": 2}, model, tokens, tokens, torch.device("cpu"), train=train
         )
-        assert trainer.fused_head
+        assert trainer.head_loss.fused  # the CPU in float32
         if not fused:
-            trainer.fused_head, trainer.forward = False, model
+            trainer.head_loss = HeadLoss(
+                model, z_loss=0.0, fused=False, compiled=False, device=torch.device("cpu")
+            )
         got = Rows()
         trainer.fit([got])
         rows[fused] = got.rows

@@ -51,8 +51,9 @@ def test_help_lists_groups_and_presets(help_text):
     assert "placement: double, lnscale, mixln, post, pre, reordered, resi_dual" in help_text
     assert "model: base, small, tiny" in help_text
     presets = help_text.split("== Presets")[1].split("== Flags")[0]
-    for path in sorted((CONFIGS / "experiment").glob("[!_]*.yaml")):  # _*.yaml: shared bases
-        assert re.search(rf"^  {path.stem}\s+Finding \d", presets, re.M), path.stem
+    for path in sorted((CONFIGS / "experiment" / "findings").glob("[!_]*.yaml")):  # _*.yaml: shared bases
+        assert re.search(rf"^  findings/{path.stem}\s+Finding \d", presets, re.M), path.stem
+    assert re.search(r"^  example\s+Example of a sweep preset of your own", presets, re.M)
     assert "_cpu_small" not in help_text
     assert "python train.py --cfg job --resolve" in help_text
 

@@ -10,8 +10,8 @@ import torch
 from trainers import config_trainer
 
 from normlab.model import GPT
+from normlab.train.head_loss import objective
 from normlab.train.loop import Trainer
-from normlab.train.losses import objective
 
 LOGITS = [[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]
 TARGETS = [2, 1]

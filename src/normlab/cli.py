@@ -1,6 +1,6 @@
 """What train.py does around a Hydra job: threads, the run, its exit code, and errors as one sentence.
 
-Exit codes of `python train.py` (README "When something goes wrong"):
+Exit codes of `python train.py` (docs/errors.md, "When something goes wrong"):
 
 - 0: completed or diverged (or, with train.resume=auto, already completed);
 - 2: invalid (a bad config value or combination; summary.json written) or failed — the environment (data,
@@ -34,10 +34,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from normlab import distributed, launchers
+from normlab.commands import hydra_value, sweep_command
 from normlab.errors import UserError
-from normlab.sweeps.command import hydra_value, sweep_command
-from normlab.train.resume import AUTO
-from normlab.train.run_dir import holds_results, in_use
+from normlab.train.run_dir import run_problem, sweep_problem
 
 log = logging.getLogger("normlab")
 
@@ -154,77 +153,25 @@ def fail(reason: str, multirun: bool) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Before Hydra writes anything: the run directory
+# Before Hydra writes anything: the run directory (normlab.train.run_dir decides, this says it)
 # ----------------------------------------------------------------------------------------------------
 
 
-def run_dir_problem(directory: Path, resume: str | None) -> str | None:
-    """Why `directory` cannot take a new run, or None: a file in the way, or an earlier run's results."""
-    for parent in (directory, *directory.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                return (
-                    f"Cannot create the run directory {directory}: {parent} is a file; point hydra.run.dir (or "
-                    "hydra.sweep.dir) somewhere else."
-                )
-            break
-    if not directory.is_dir():
-        return None
-    if in_use(directory):
-        return (
-            f"Another run is using {directory} right now (it holds .run.lock); wait for it to end, or point "
-            "hydra.run.dir somewhere else."
-        )
-    if not holds_results(directory) or resume == AUTO:
-        return None  # nothing there worth keeping (e.g. the summary of an invalid run), or continuing it
-    if resume:
-        with contextlib.suppress(OSError):
-            target = Path(resume).expanduser().resolve()
-            if target == directory.resolve() or directory.resolve() in target.parents:
-                return None  # continuing the run that is there
-    status = ""
-    with contextlib.suppress(Exception):
-        import json
-
-        status = f" (status: {json.loads((directory / 'summary.json').read_text())['status']})"
-    where = hydra_value(str(directory))
-    return (
-        f"{directory} already holds a run{status}; continue it with train.resume=auto hydra.run.dir={where} "
-        "(from its newest checkpoint, or from step 0 if it saved none), or choose a new hydra.run.dir so "
-        "nothing there is overwritten."
-    )
-
-
-def sweep_dir_problem(directory: Path, config: DictConfig) -> str | None:
-    """Why the sweep directory cannot take this sweep, or None; one that holds an earlier sweep's runs is
-    continued only with train.resume=auto (normlab.sweeps: finished jobs skipped, the others resumed)."""
-    problem = run_dir_problem(directory, None)
-    if problem is not None or not directory.is_dir():
-        return problem
-    jobs = [p for p in directory.iterdir() if p.is_dir() and holds_results(p)]
-    if jobs and _select(config, "train.resume") != AUTO:
-        return (
-            f"{directory} already holds a sweep ({len(jobs)} runs); continue it with {sweep_command(config)} "
-            "(finished jobs are skipped, the others resumed or started), or choose a new hydra.sweep.dir so "
-            "nothing there is overwritten."
-        )
-    return None
-
-
 class RunDirGuard(Callback):
-    """Refuses, before Hydra writes .hydra/ or anything else, a run directory that is a file or that holds an
-    earlier run's results (a second run there would overwrite its config and mix its metrics)."""
+    """Refuses, before Hydra writes .hydra/ or anything else, a run directory that is a file, in use, or that
+    holds an earlier run's results (a second run there would overwrite its config and mix its metrics): the
+    sentences of normlab.train.run_dir, which owns the directory."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         directory = _select(config, "hydra.run.dir")
-        resume = _select(config, "train.resume")
         if directory is not None:
-            self._refuse(run_dir_problem(Path(directory), resume))
+            self._refuse(run_problem(Path(directory), _select(config, "train.resume")))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         directory = _select(config, "hydra.sweep.dir")
         if directory is not None:
-            self._refuse(sweep_dir_problem(Path(directory), config))
+            resume = _select(config, "train.resume")
+            self._refuse(sweep_problem(Path(directory), resume, lambda: sweep_command(config)))
 
     @staticmethod
     def _refuse(problem: str | None) -> None:

@@ -1,6 +1,6 @@
 """Errors a user can cause and fix: the entry points print their message as one sentence, no traceback.
 
-Each kind maps to a `status` in summary.json (README "When something goes wrong"):
+Each kind maps to a `status` in summary.json (docs/errors.md, "When something goes wrong"):
 
 - `InvalidConfig` → `invalid`: a config value or combination we do not accept (exit 0, a sweep goes on);
 - `UserError` → `failed`: the environment is not what the run needs (missing data or checkpoint, no

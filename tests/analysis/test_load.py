@@ -146,9 +146,9 @@ def test_empty_or_missing_paths(tmp_path):
 
 
 def test_file_names_match_the_training_side():
-    from normlab.train import run
+    from normlab.train import run_dir, summary
 
-    assert (load_mod.METRICS_FILE, load_mod.SUMMARY_FILE) == (run.METRICS_FILE, run.SUMMARY_FILE)
+    assert (load_mod.METRICS_FILE, load_mod.SUMMARY_FILE) == (run_dir.METRICS_FILE, summary.SUMMARY_FILE)
 
 
 def test_interpolated_keys_present_in_some_runs_only_are_not_variants(tmp_path, fab):

@@ -13,7 +13,9 @@ import pytest
 from scipy import stats as sps
 
 from normlab.analysis import load_runs, write_report
+from normlab.analysis.estimate import difference, fmt_ci
 from normlab.analysis.narrative import (
+    LEVEL,
     contrast_rows,
     contrast_sentences,
     contrasts,
@@ -21,24 +23,23 @@ from normlab.analysis.narrative import (
     summary_sentences,
     warnings,
 )
-from normlab.analysis.stats import welch_difference
 
 
 def test_welch_interval_against_hand_computed_values():
     # equal n and variances: se = sqrt(1/3 + 1/3), df = 2(n − 1) = 4, t_0.975,4 = 2.776445 (t table)
-    d = welch_difference([1.0, 2.0, 3.0], [3.0, 4.0, 5.0])
-    assert d.diff == -2.0 and d.df == pytest.approx(4.0)
+    d = difference([1.0, 2.0, 3.0], [3.0, 4.0, 5.0])
+    assert d.value == -2.0 and d.df == pytest.approx(4.0)
     half = 2.776445 * math.sqrt(2 / 3)
-    assert (d.low, d.high) == (pytest.approx(-2 - half, abs=1e-5), pytest.approx(-2 + half, abs=1e-5))
+    assert d.ci(LEVEL) == (pytest.approx(-2 - half, abs=1e-5), pytest.approx(-2 + half, abs=1e-5))
     # unequal variances: Welch–Satterthwaite df by hand
     a, b = [2.0, 2.1, 1.9, 2.05], [3.0, 4.0, 2.5]
     va, vb = (0.021875 / 3) / 4, (1.1666666667 / 2) / 3  # sample variances / n
-    d = welch_difference(a, b)
+    d = difference(a, b)
     assert d.df == pytest.approx((va + vb) ** 2 / (va**2 / 3 + vb**2 / 2), rel=1e-6)
-    assert (d.low, d.high) == pytest.approx(tuple(sps.ttest_ind(a, b, equal_var=False).confidence_interval()))
-    # n = 1 on a side: no interval; identical values: no spread
-    assert not welch_difference([1.0], [2.0, 2.1]).has_ci
-    assert welch_difference([1.0, 1.0], [1.0, 1.0]).identical
+    assert d.ci(LEVEL) == pytest.approx(tuple(sps.ttest_ind(a, b, equal_var=False).confidence_interval()))
+    # n = 1 on a side, or no spread at all: no noise estimate, no interval
+    assert not difference([1.0], [2.0, 2.1]).has_noise and fmt_ci(difference([1.0], [2.0, 2.1]), LEVEL) == ""
+    assert not difference([1.0, 1.0], [1.0, 1.0]).has_noise
 
 
 def three_seed_sweep(fab, root, post_values, pre_values, summary_extra=None):
@@ -60,14 +61,22 @@ def test_a_clear_effect_reads_worse_with_its_interval(fab, tmp_path):
     rs = three_seed_sweep(fab, tmp_path / "s", POST, PRE)
     (c,) = contrasts(rs)
     ref = sps.ttest_ind(POST, PRE, equal_var=False).confidence_interval()
-    assert c.difference.diff == pytest.approx(sum(POST) / 3 - sum(PRE) / 3)
+    assert c.est.value == pytest.approx(sum(POST) / 3 - sum(PRE) / 3)
     (sentence,) = contrast_sentences([c], rs)
     expected = (
         f"**placement** — post vs pre: {sum(POST) / 3 - sum(PRE) / 3:.3f} nats worse "
-        f"(95 % CI +{ref.low:.3f} to +{ref.high:.3f}, n = 3 vs 3)."
+        f"(CI [+{ref.low:.3f}, +{ref.high:.3f}], n = 3 vs 3)."
     )
     assert sentence == expected
-    assert contrast_rows([c], rs)[0][-1] == "worse"
+    assert contrast_rows([c], rs)[0][3:] == [
+        f"+{sum(POST) / 3 - sum(PRE) / 3:.3f}",
+        f"[+{ref.low:.3f}, +{ref.high:.3f}]",
+        "3 vs 3",
+        "worse",
+    ]
+    # the report states its level once: the 95 % of scipy's interval above
+    report = write_report(rs, tmp_path / "r", figures=["loss"]).path.read_text()
+    assert report.count("two-sided 95 % confidence interval") == 1 and "| 95 % CI |" in report
     first = summary_sentences(rs)[0]
     assert first.startswith(
         "Lowest final validation loss: **pre**, 2.500 nats/token (n = 3)"
@@ -81,7 +90,7 @@ def test_a_null_effect_reads_no_clear_difference(fab, tmp_path):
     same_a, same_b = [2.50, 2.58, 2.46], [2.53, 2.47, 2.55]
     rs = three_seed_sweep(fab, tmp_path / "s", same_b, same_a)
     (c,) = contrasts(rs)
-    assert not c.difference.resolved and c.difference.low < 0 < c.difference.high
+    assert not c.resolved and c.interval[0] < 0 < c.interval[1]
     (sentence,) = contrast_sentences([c], rs)
     assert sentence.startswith("**placement** — post vs pre: no clear difference (")
     assert contrast_rows([c], rs)[0][-1] == "no clear difference"
@@ -147,7 +156,7 @@ def test_effects_hold_other_keys_fixed(sweep):
     rs = load_runs(sweep.path)
     (c,) = contrasts(rs)
     assert (c.key, c.level, c.reference, c.within) == ("placement.name", "post", "pre", {"norm.name": "ln"})
-    assert (c.difference.n_a, c.difference.n_b) == (1, 2) and not c.difference.has_ci
+    assert (c.n_a, c.n_b) == (1, 2) and c.single and not c.tested
     assert any(w.startswith("Runs diverged in ln, post (1 of 2)") for w in warnings(rs))
 
 
@@ -213,18 +222,18 @@ def test_sentences_and_tables_agree_and_never_overstate(fab, tmp_path):
     for c in cs:  # each comparison on its own: the sentence says what its table row reads, no more
         (sentence,) = contrast_sentences([c], rs)
         (row,) = contrast_rows([c], rs)
-        d, text = c.difference, row[-1]
+        (lo, hi), text = c.interval, row[-1]
         readings[(c.key, c.level, tuple(c.within.values()))] = text
         if text in ("worse", "better"):
-            assert d.low is not None and (d.low > 0 or d.high < 0)  # the interval excludes 0
+            assert lo > 0 or hi < 0  # the interval excludes 0
             assert f"nats {text} " in sentence and DIRECTION.findall(sentence) == [text], sentence
         else:
             assert not DIRECTION.search(sentence), sentence
         if text.startswith("untested"):
-            assert "untested" in sentence and f"{d.diff:+.3f}".replace("-", "−") in sentence
+            assert "untested" in sentence and f"{c.est.value:+.3f}" in sentence
             assert row[4] == "–"  # no interval in the table either
         if text == "no clear difference":
-            assert d.low < 0 < d.high and sentence.count("no clear difference") == 1
+            assert lo < 0 < hi and sentence.count("no clear difference") == 1
         if text == "identical":
             assert "identical" in sentence
     assert readings[("placement.name", "post", ("ln",))] == "worse"

@@ -71,7 +71,7 @@ def test_official_files_are_recognised_by_their_names(version: str, tmp_path: Pa
     """A folder in one official layout needs no data.version; the log says which files it found."""
     root = tmp_path / version
     data = write_layout(root, f"{version}txt", 40, 10, seed=3)
-    with caplog.at_level("INFO", logger="normlab.data.local"):
+    with caplog.at_level("INFO", logger="normlab.data.tinystories"):
         corpus = load_corpus(ts_cfg(root, tmp_path / "cache"), progress=False)
     assert documents(corpus, "val") == data["val"] and documents(corpus, "train") == data["train"]
     names = {"v1": "TinyStories-train.txt", "v2": "TinyStoriesV2-GPT4-train.txt"}
@@ -85,7 +85,7 @@ def test_version_picks_the_files(tmp_path: Path, caplog) -> None:
     v2 = write_layout(root, "v2txt", 40, 10, seed=1)
     v1 = write_layout(root, "v1txt", 40, 10, seed=2)
     cache = tmp_path / "cache"
-    with caplog.at_level("INFO", logger="normlab.data.local"):
+    with caplog.at_level("INFO", logger="normlab.data.tinystories"):
         assert documents(load_corpus(ts_cfg(root, cache), progress=False), "val") == v2["val"]  # V2 first
     assert any(
         "the V1 files are there too: data.version=v1 to use them" in r.getMessage() for r in caplog.records

@@ -1,17 +1,17 @@
-"""train.py's endings beyond the README table: a bug, a sweep with a failed job, W&B only once training starts."""
+"""train.py's endings beyond the table of docs/errors.md: a bug, a sweep with a failed job, W&B only once training starts."""
 
 from __future__ import annotations
 
 import json
 
-import normlab.train.run as run_mod
+import normlab.train.build as build_mod
 
 
 def test_a_bug_is_crashed_with_its_traceback_kept(train_cli, monkeypatch):
     def bug(*args, **kwargs):
         raise ZeroDivisionError("a bug in the formula")
 
-    monkeypatch.setattr(run_mod, "block_formula", bug)
+    monkeypatch.setattr(build_mod, "block_formula", bug)
     result = train_cli()
     assert result.code == 1
     assert "Traceback" in result.output and "ZeroDivisionError: a bug in the formula" in result.output

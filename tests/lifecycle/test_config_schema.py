@@ -17,16 +17,21 @@ from normlab.metrics.spikes import SpikeConfig
 from normlab.model.norms import DynamicTanhConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-PRESETS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 
 
 def compose_cfg(*overrides: str):
     return compose_config(["data=synthetic", *overrides])
 
 
+def presets() -> list[str]:
+    """configs/experiment's files, those in subfolders by their path (findings/xiong_warmup)."""
+    folder = CONFIGS / "experiment"
+    return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
+
+
 @pytest.mark.parametrize(
     "override",
-    [f"{g}={o}" for g, options in GROUPS.items() for o in options] + [f"+experiment={o}" for o in PRESETS],
+    [f"{g}={o}" for g, options in GROUPS.items() for o in options] + [f"+experiment={o}" for o in presets()],
 )
 def test_every_option_passes_its_check(override):
     extra = ["placement=post"] if override == "norm=deepnorm" else []

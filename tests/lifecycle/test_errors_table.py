@@ -1,4 +1,5 @@
-"""README "When something goes wrong": every row of its table, run through train.py, gives its sentence.
+"""docs/errors.md, "When something goes wrong": every row of its table, run through train.py, gives its
+sentence.
 
 A row whose first cell is only overrides (`optim.lr=-1`) runs them as they are; any other row has a case
 below that sets the fault up. Each check: the exit code and status of the row, the row's sentence (with `…`
@@ -23,7 +24,7 @@ import pytest
 import torch
 from cli_run import ROOT, SYNTHETIC, CliRun, base_overrides
 
-README = ROOT / "README.md"
+ERRORS_PAGE = ROOT / "docs" / "errors.md"
 HEADER = "| what goes wrong | status · exit | the sentence you get | what is kept |"
 LOG_PREFIX = re.compile(r"^\[[^\]]*\]\[[^\]]*\]\[[A-Z]+\] - ")
 
@@ -42,7 +43,7 @@ class Row:
 
 
 def table_rows() -> list[Row]:
-    lines = README.read_text().splitlines()
+    lines = ERRORS_PAGE.read_text().splitlines()
     start = lines.index(HEADER) + 2
     rows = []
     for line in lines[start:]:
@@ -458,15 +459,15 @@ def _second_signal(train_cli, trained_run, tmp_path, monkeypatch):
 
 @case("a signal before training starts (building the data)")
 def _signal_before_training(train_cli, trained_run, tmp_path, monkeypatch):
-    import normlab.train.run as run_mod
+    import normlab.train.build as build_mod
 
-    real = run_mod.load_corpus
+    real = build_mod.load_corpus
 
     def load(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(run_mod, "load_corpus", load)
+    monkeypatch.setattr(build_mod, "load_corpus", load)
     result = train_cli()
     assert not (result.run_dir / "checkpoints").exists()
     return result, "SIGTERM"
@@ -481,7 +482,7 @@ ROWS = table_rows()
 def test_the_table_is_long_and_every_row_has_a_test() -> None:
     assert len(ROWS) >= 25
     described = {r.what for r in ROWS if r.overrides is None}
-    assert described == set(CASES), "README rows and CASES disagree"
+    assert described == set(CASES), "docs/errors.md rows and CASES disagree"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.what.strip("`")[:60] for r in ROWS])

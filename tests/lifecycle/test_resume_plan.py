@@ -17,11 +17,11 @@ import pytest
 from filelock import FileLock
 from omegaconf import OmegaConf
 
+from normlab.commands import sweep_command
 from normlab.sweeps import watchdog
-from normlab.sweeps.command import sweep_command
 from normlab.sweeps.jobs import Job, job_key, labels, recorded_jobs
 from normlab.sweeps.report import EXIT_CRASHED, EXIT_INCOMPLETE, Outcome, sweep_exit_code
-from normlab.train import resume
+from normlab.train import run_dir as resume
 
 
 def run_dir(

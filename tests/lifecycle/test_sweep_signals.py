@@ -26,6 +26,7 @@ from normlab.sweeps.soak import (
     SweepProcess,
     comparable,
     env,
+    fault_delays,
     job_dirs,
     now_ticks,
     soak,
@@ -183,6 +184,13 @@ def test_the_sweep_resume_command_finishes_an_interrupted_sweep_bit_for_bit(tmp_
         rows = training_rows(got[name])
         assert [r["step"] for r in rows if "loss" in r] == list(range(steps))  # every step once
         assert comparable(rows) == comparable(training_rows(ref[name]))  # bit for bit
+
+
+def test_fault_delays_shrink_to_the_reference_sweep():
+    # a fast machine: a 10 s reference and 4 faults draw from (0.5, 3.75), not up to 8 s
+    assert fault_delays((0.5, 8.0), 10.0, 4) == (0.5, 3.75)
+    assert fault_delays((0.5, 8.0), 100.0, 4) == (0.5, 8.0)  # a slow one keeps the asked range
+    assert fault_delays((0.5, 8.0), 0.1, 4) == (0.5, 0.5)  # never below the lower end
 
 
 @pytest.mark.slow

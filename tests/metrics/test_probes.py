@@ -11,6 +11,7 @@ from normlab.metrics import names
 from normlab.metrics.activations import ActivationCapture
 from normlab.metrics.histograms import Histogram
 from normlab.metrics.instruments import wants_model_update
+from normlab.train.head_loss import HeadLoss
 
 
 def residual_stream(model, x: torch.Tensor) -> list[torch.Tensor]:
@@ -40,13 +41,19 @@ def explicit_max_logit(attn_branch, h: torch.Tensor) -> float:
     return best
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("placement", ["pre", "post", "double"])
-def test_activation_capture_matches_an_explicit_forward(make_gpt, placement):
+def test_activation_capture_matches_an_explicit_forward(make_gpt, placement, fused):
+    """The blocks' hooks, and the head's measurements as the head and its loss hand them over (the fused
+    CPU path and the plain logits path alike), against a forward written out by hand."""
     model = make_gpt("ln", placement, n_layers=2)
+    head = HeadLoss(model, z_loss=0.0, fused=fused, compiled=False, device=torch.device("cpu"))
     with torch.no_grad():
         x = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(3))
         with ActivationCapture(model) as cap:
-            logits = model(x)
+            hidden = model.features(x)
+        _, _, stats = head.head(hidden, torch.zeros_like(x), stats=True)
+        cap.record_head(hidden, stats)
         got = dict(zip(cap.keys, cap.values().tolist(), strict=True))
         states = residual_stream(model, x)
         for i in range(2):
@@ -56,6 +63,7 @@ def test_activation_capture_matches_an_explicit_forward(make_gpt, placement):
                 explicit_max_logit(model.blocks[i].attn, states[i]), rel=1e-4, abs=1e-6
             )
         head_in = model.final_norm(states[-1])
+        logits = head_in @ model.head.weight.t()
         assert got[names.ACT_RMS_HEAD] == pytest.approx(torch.sqrt(torch.mean(head_in**2)).item(), rel=1e-5)
         assert got[names.LOGIT_MEAN] == pytest.approx(logits.mean().item(), rel=1e-4, abs=1e-7)
         assert got[names.LOGIT_MAX] == pytest.approx(logits.max().item(), rel=1e-5)

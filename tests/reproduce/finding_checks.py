@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from normlab.analysis.findings import FINDINGS
+from normlab.study.findings import FINDINGS
 
 
 def verdicts(outcome):

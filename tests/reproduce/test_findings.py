@@ -20,17 +20,16 @@ from reproduce_crafted import (
 )
 
 from normlab.analysis import load_runs
-from normlab.analysis.findings import CORE, FINDINGS, evaluate, evaluate_sweep
-from normlab.analysis.findings._common import learned
-from normlab.analysis.verdicts import ALPHA, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, SETUP_FAILED
+from normlab.study.findings import CORE, FINDINGS, evaluate, evaluate_sweep
+from normlab.study.findings._common import learned
+from normlab.study.verdicts import ALPHA, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, SETUP_FAILED
 
 # -------------------------------------------------------------------------------- the registry
 
 
 def test_every_finding_has_a_preset_a_claim_and_a_source(repo_root):
-    presets = {
-        p.stem for p in (repo_root / "configs" / "experiment").glob("*.yaml") if not p.stem.startswith("_")
-    }
+    folder = repo_root / "configs" / "experiment" / "findings"
+    presets = {p.stem for p in folder.glob("*.yaml") if not p.stem.startswith("_")}
     assert set(FINDINGS) == presets
     assert [f.number for f in FINDINGS.values()] == list(range(1, len(FINDINGS) + 1))
     assert set(CORE) <= set(FINDINGS) and CORE

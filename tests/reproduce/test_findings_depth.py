@@ -11,9 +11,9 @@ from finding_checks import draws, jitter, verdicts
 from reproduce_crafted import Sweep
 
 from normlab.analysis import load_runs
-from normlab.analysis.findings import evaluate
-from normlab.analysis.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REPRODUCED, SETUP_FAILED
 from normlab.metrics import names
+from normlab.study.findings import evaluate
+from normlab.study.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REPRODUCED, SETUP_FAILED
 
 DEPTH, END, WARMUP = 8, 100, 30
 

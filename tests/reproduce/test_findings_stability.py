@@ -13,9 +13,9 @@ from finding_checks import draws, jitter, verdicts
 from reproduce_crafted import UNIGRAM, Sweep
 
 from normlab.analysis import load_runs
-from normlab.analysis.findings import evaluate
-from normlab.analysis.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REPRODUCED, SETUP_FAILED
 from normlab.metrics import names
+from normlab.study.findings import evaluate
+from normlab.study.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REPRODUCED, SETUP_FAILED
 
 # ----------------------------------------------------------------------- finding 3 (DeepNet)
 
@@ -242,7 +242,7 @@ def test_takase_verdicts(tmp_path):
 
 
 def test_the_spike_null_is_the_maximum_of_n_standard_normals():
-    from normlab.analysis.findings.takase import null_quantile, spike_score
+    from normlab.study.findings.takase import null_quantile, spike_score
 
     assert null_quantile(290) == pytest.approx(3.57, abs=0.01)
     # a smooth falling loss with Gaussian noise and no spikes stays under the null's 95 % quantile at least

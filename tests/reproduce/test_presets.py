@@ -1,5 +1,7 @@
-"""Every experiment preset composes with `+experiment=NAME`, launches with joblib, has at least 3 seeds
-per cell, fits the core set's time budget, and trains 2 steps."""
+"""Every finding's preset (configs/experiment/findings/NAME.yaml) composes with `+experiment=findings/NAME`,
+launches with joblib, has at least 3 seeds per cell, fits the core set's time budget, and trains 2 steps.
+The rest of configs/experiment/ is the users' (lightning-hydra-template's convention): any preset there
+composes, and the example trains."""
 
 from __future__ import annotations
 
@@ -10,13 +12,15 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from normlab.analysis.findings import CORE, FINDINGS
 from normlab.config.compose import compose_config
+from normlab.study.findings import CORE, FINDINGS, PRESET_GROUP
 from normlab.train.run import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
-PRESETS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml") if not p.stem.startswith("_"))
+FOLDER = CONFIGS / "experiment" / PRESET_GROUP
+PRESETS = sorted(p.stem for p in FOLDER.glob("*.yaml") if not p.stem.startswith("_"))
+USER_PRESETS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))  # the users' own
 BASE = "_cpu_small"  # shared settings, not a finding
 
 
@@ -27,8 +31,8 @@ def compose_preset(name: str, overrides=(), hydra: bool = False):
 
 @cache
 def preset(name: str):
-    """The preset as Hydra composes it, hydra node included (composed once per session)."""
-    return compose_preset(name, hydra=True)
+    """A finding's preset as Hydra composes it, hydra node included (composed once per session)."""
+    return compose_preset(FINDINGS[name].preset, hydra=True)
 
 
 def sweep_params(cfg) -> dict[str, list[str]]:
@@ -38,14 +42,16 @@ def sweep_params(cfg) -> dict[str, list[str]]:
 
 def test_one_preset_per_finding():
     assert sorted(FINDINGS) == PRESETS
-    assert (CONFIGS / "experiment" / f"{BASE}.yaml").is_file()
+    assert (FOLDER / f"{BASE}.yaml").is_file()
+    assert all(f.preset == f"findings/{f.name}" for f in FINDINGS.values())
 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_composes(name):
-    text = (CONFIGS / "experiment" / f"{name}.yaml").read_text()
+    text = (FOLDER / f"{name}.yaml").read_text()
     assert text.startswith("# @package _global_")
-    assert f"- {BASE}" in text, "presets share the CPU settings of _cpu_small"
+    assert f"# Finding {FINDINGS[name].number} — " in text, "a finding's preset says which finding it is"
+    assert f"- {PRESET_GROUP}/{BASE}" in text, "presets share the CPU settings of _cpu_small"
     cfg = preset(name)
     assert cfg.experiment_name == name
     assert cfg.logger.name == "none"
@@ -61,8 +67,29 @@ def test_preset_composes(name):
 
 
 def test_a_user_override_beats_the_shared_base():
-    cfg = compose_preset("xiong_warmup", ["model=small", "train.batch_size=8"])
+    cfg = compose_preset("findings/xiong_warmup", ["model=small", "train.batch_size=8"])
     assert cfg.model.d_model == 128 and cfg.train.batch_size == 8
+
+
+@pytest.mark.parametrize("name", USER_PRESETS)
+def test_user_presets_compose_beside_the_findings(name):
+    """configs/experiment/ holds the users' own presets next to findings/: each composes by its name."""
+    cfg = compose_preset(name, hydra=True)
+    assert cfg.experiment_name == name
+    assert name not in FINDINGS  # a finding's name stays free for its preset's experiment_name
+
+
+def test_the_example_user_preset_sweeps_and_trains(tiny, tmp_path):
+    cfg = compose_preset("example", hydra=True)
+    assert sweep_params(cfg) == {"norm": ["ln", "rms"], "placement": ["pre", "post"], "seed": ["0", "1", "2"]}
+    assert cfg.data.name == "synthetic" and cfg.logger.name == "none"
+    cfg = compose_preset("example", ["norm=rms", "placement=post", *tiny, "train.max_steps=2"])
+    threads = torch.get_num_threads()
+    try:
+        summary = Run(cfg, tmp_path, num_threads=1).execute()
+    finally:
+        torch.set_num_threads(threads)
+    assert summary["status"] == "completed" and summary["steps"] == 2
 
 
 # Calibration (this machine, 1 thread, idle): a tiny-model step at batch 16 × 64 tokens costs about
@@ -109,7 +136,7 @@ def test_preset_trains_two_steps(name, tiny, tmp_path):
         if k == "placement" and OmegaConf.select(cfg, "hydra.sweeper.params.norm"):
             choice = "post"  # deepnorm is defined for post only
         job.append(f"{k}={choice}")
-    cfg = compose_preset(name, [*job, *tiny, "train.max_steps=2"])
+    cfg = compose_preset(FINDINGS[name].preset, [*job, *tiny, "train.max_steps=2"])
     threads = torch.get_num_threads()
     try:
         summary = Run(cfg, tmp_path, num_threads=1).execute()  # 1 thread: fast on a busy machine too

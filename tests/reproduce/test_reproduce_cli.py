@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from drawn import assert_drawn
 
-from normlab.analysis.findings import CORE, FINDINGS
-from normlab.analysis.findings_report import REPORT_FILE
-from normlab.analysis.reproduce import main, resolve_names
-from normlab.analysis.verdicts import VERDICTS
 from normlab.bench import profile_norm
+from normlab.study.findings import CORE, FINDINGS, Measurement
+from normlab.study.report import REPORT_FILE
+from normlab.study.reproduce import main, resolve_names
+from normlab.study.verdicts import VERDICTS
 
 
 def test_reproduce_runs_the_preset_and_writes_the_report(tiny_reproduction):
@@ -23,7 +24,7 @@ def test_reproduce_runs_the_preset_and_writes_the_report(tiny_reproduction):
     timings = json.loads((out / "timings.json").read_text())
     record = timings["findings"]["xiong_warmup"]
     assert record["rc"] == 0 and record["wall_s"] > 0 and record["machine"]["cores"] >= 1
-    assert record["command"].startswith("python train.py -m +experiment=xiong_warmup")
+    assert record["command"].startswith("python train.py -m +experiment=findings/xiong_warmup")
     report = (out / REPORT_FILE).read_text()
     assert "## 2. Warm-up and Post-LN" in report
     assert "**Claim.**" in report and "**Source.** Xiong et al. 2020" in report
@@ -93,7 +94,7 @@ def test_profile_norm_measures_both_norms(tiny):
 def test_a_preset_whose_grid_holds_invalid_combinations_is_not_a_failure(tmp_path):
     """deepnet_model_update sweeps norm=ln,deepnorm × placement=pre,post: deepnorm-pre is invalid, recorded
     and skipped; the sweep then exits 2, which scripts/reproduce.py does not count as a failed finding."""
-    from normlab.analysis.reproduce import only_invalid_skipped
+    from normlab.study.reproduce import only_invalid_skipped
 
     for name, status in (("0_a", "completed"), ("1_b", "invalid"), ("2_c", "diverged")):
         (tmp_path / name).mkdir()
@@ -103,3 +104,27 @@ def test_a_preset_whose_grid_holds_invalid_combinations_is_not_a_failure(tmp_pat
     (tmp_path / "3_d" / "summary.json").write_text(json.dumps({"status": "failed"}))
     assert not only_invalid_skipped(tmp_path)
     assert not only_invalid_skipped(tmp_path / "absent")
+
+
+def test_a_findings_measurement_is_stored_beside_its_sweep_and_read_back(tmp_path):
+    """Finding.measure: each Measurement taken with the preset's overrides (Hydra's own left out), stored
+    as JSON in the sweep directory, its lines echoed; load_extras reads it back for a rebuilt report."""
+    taken = []
+
+    def take(overrides):
+        taken.append(list(overrides))
+        return {"overrides": list(overrides), "value": 1.5}
+
+    probe = Measurement("probe", "probe.json", take, lambda r: [f"value {r['value']}"])
+    finding = replace(FINDINGS["rmsnorm_speed"], measurements=(probe,))
+    lines = []
+    extras = finding.measure(tmp_path, ["optim.lr=1e-2", "hydra.launcher.n_jobs=2", "~hydra.x"], lines.append)
+    assert taken == [["optim.lr=1e-2"]] and lines == ["value 1.5"]
+    assert extras == {"probe": {"overrides": ["optim.lr=1e-2"], "value": 1.5}}
+    assert json.loads((tmp_path / "probe.json").read_text()) == extras["probe"]
+    assert finding.load_extras(tmp_path) == extras
+    assert finding.load_extras(tmp_path / "not-measured") == {}
+    # finding 5's own measurement is the norm profiler, stored where earlier reports looked for it
+    (profile,) = FINDINGS["rmsnorm_speed"].measurements
+    assert (profile.key, profile.file) == ("profile", "profile_norm.json")
+    assert all(not f.measurements for f in FINDINGS.values() if f.name != "rmsnorm_speed")

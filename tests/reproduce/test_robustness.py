@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from reproduce_crafted import warmup_sweep
 
-from normlab.analysis.findings import evaluate, perturbed_dir, robustness_of
-from normlab.analysis.findings.robustness import Robustness, Variation, leave_one_seed_out
+from normlab.analysis.estimate import Estimate
 from normlab.analysis.load import load_runs
-from normlab.analysis.verdicts import (
+from normlab.study.findings import evaluate
+from normlab.study.robustness import Robustness, Variation, leave_one_seed_out, perturbed_dir, robustness_of
+from normlab.study.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
     NOT_TESTED,
     REPRODUCED,
     SETUP_FAILED,
-    Estimate,
     Outcome,
     Precondition,
     check,

@@ -16,18 +16,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from normlab.analysis.verdicts import (
+from normlab.analysis.estimate import Estimate, combination, difference, estimate, welch_df
+from normlab.study.verdicts import (
     ALPHA,
     INCONCLUSIVE,
     NOT_REPRODUCED,
     REPRODUCED,
-    Estimate,
     classify,
     classify_equivalence,
-    combination,
-    difference,
-    estimate,
-    welch_df,
 )
 
 REPS = 4000
@@ -77,7 +73,8 @@ def test_one_sample_matches_scipy():
 
 def test_interval_uses_student_t_quantiles():
     e = estimate([1.0, 2.0, 4.0])
-    lo, hi = e.interval()
+    lo, hi = e.interval(ALPHA)
+    assert e.ci(1 - 2 * ALPHA) == (lo, hi)
     t = stats.t.ppf(1 - ALPHA, 2)  # 2.92 with 2 degrees of freedom, not 1.64 or 2
     assert (lo, hi) == (pytest.approx(e.value - t * e.se), pytest.approx(e.value + t * e.se))
 
@@ -196,7 +193,7 @@ def test_an_estimate_below_its_margin_is_never_reproduced():
         margin = rng.uniform(0.01, 1.0)
         value = margin * rng.uniform(-2.0, 0.999)
         est = Estimate(value, rng.uniform(1e-4, 1.0), float(rng.integers(1, 10)), 3)
-        assert classify(est, margin) != REPRODUCED, (value, margin, est.interval())
+        assert classify(est, margin) != REPRODUCED, (value, margin, est.interval(ALPHA))
 
 
 def test_an_effect_exactly_at_the_margin_is_rarely_called_reproduced():

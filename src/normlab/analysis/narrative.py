@@ -2,9 +2,13 @@
 
 Everything here is computed from a RunSet; the wording follows fixed rules so a reader can check it:
 
-- a difference is mean(variant) − mean(reference) of the final validation loss, in nats/token, with a
-  95 % confidence interval from Student's t with Welch–Satterthwaite degrees of freedom
-  (`stats.welch_difference`) and both n shown;
+- a difference is mean(variant) − mean(reference) of the final validation loss, in nats/token: an
+  `estimate.Estimate` (Welch's standard error, Welch–Satterthwaite degrees of freedom) with its two-sided
+  LEVEL (95 %) confidence interval from Student's t, formatted by `estimate.fmt_ci`, and both n shown.
+  The level is two-sided 95 % because a report compares variants without a direction claimed in
+  advance (the findings' 90 % intervals are those of one-sided tests of a direction a paper claims);
+  report.md states it once, where it says how seeds are averaged (its effects table's CI column is
+  headed with it);
 - every comparison gets one reading (`reading`), used by the sentences and the tables alike:
   "worse" / "better" only when that interval excludes 0; "no clear difference" when it includes 0 (the
   sentence gives the signed difference, never a direction); "untested" when there is no noise estimate —
@@ -19,38 +23,37 @@ Intervals are per comparison: they are not adjusted for how many comparisons a r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from normlab.analysis.estimate import Estimate, ci_label, difference, fmt_ci
 from normlab.analysis.load import RunSet, short_names
-from normlab.analysis.stats import Difference, finite, learned_flags, welch_difference
+from normlab.analysis.stats import finite, learned_flags
 
 METRIC = "final_val_loss"
 METRIC_TEXT = "final validation loss"
 UNIT = "nats"
+LEVEL = 0.95  # the confidence level of every interval in report.md (two-sided: no direction claimed)
+CI_LABEL = ci_label(LEVEL)
 
 
 # ------------------------------------------------------------------------------------------ formatting
 
 
 def fmt_signed(x: float, digits: int = 3) -> str:
-    """'+0.200', '−0.031' (a real minus sign), '0.000'."""
+    """'+0.200', '-0.031', '0.000' (signed as the intervals are, `estimate.fmt_ci`)."""
     if round(x, digits) == 0:
         return f"{0:.{digits}f}"
-    return f"{x:+.{digits}f}".replace("-", "−")
+    return f"{x:+.{digits}f}"
 
 
-def fmt_ci(d: Difference, digits: int = 3) -> str:
-    """'95 % CI +0.120 to +0.280, n = 3 vs 3'; 'n = 1 vs 3' (untested: one run) and 'n = 3 vs 3, no spread
-    between the runs' without an interval."""
-    n = f"n = {d.n_a} vs {d.n_b}"
-    if not d.has_ci:
-        return n
-    if d.df is None:
-        return f"{n}, no spread between the runs"
-    return f"{round(d.level * 100)} % CI {fmt_signed(d.low, digits)} to {fmt_signed(d.high, digits)}, {n}"
+def fmt_interval(c: Comparison, digits: int = 3) -> str:
+    """'CI [+0.120, +0.280], n = 3 vs 3': the LEVEL interval (the report states the level once)."""
+    return f"CI {fmt_ci(c.est, LEVEL, digits)}, n = {c.n_a} vs {c.n_b}"
 
 
 IDENTICAL, UNTESTED, WORSE, BETTER, UNCLEAR = (
@@ -62,27 +65,27 @@ IDENTICAL, UNTESTED, WORSE, BETTER, UNCLEAR = (
 )
 
 
-def reading(d: Difference) -> str:
+def reading(c: Comparison) -> str:
     """What a comparison may say: identical, untested (no noise estimate), worse / better (the interval
     excludes 0; lower loss is better), or no clear difference (it includes 0)."""
-    if d.identical:
+    if c.identical:
         return IDENTICAL
-    if not d.tested:
+    if not c.tested:
         return UNTESTED
-    if d.resolved:
-        return WORSE if d.diff > 0 else BETTER
+    if c.resolved:
+        return WORSE if c.est.value > 0 else BETTER
     return UNCLEAR
 
 
-def untested_note(d: Difference) -> str:
+def untested_note(c: Comparison) -> str:
     """'untested: n = 1 vs 3, no noise estimate' — why an untested comparison is one."""
-    why = "no spread between the runs" if d.has_ci else "no noise estimate"
-    return f"untested: n = {d.n_a} vs {d.n_b}, {why}"
+    why = "no noise estimate" if c.single else "no spread between the runs"
+    return f"untested: n = {c.n_a} vs {c.n_b}, {why}"
 
 
-def _size_direction(d: Difference, digits: int = 3) -> str:
+def _size_direction(c: Comparison, digits: int = 3) -> str:
     """'0.200 nats worse' (lower loss is better): only for a resolved difference."""
-    return f"{abs(d.diff):.{digits}f} {UNIT} {reading(d)}"
+    return f"{abs(c.est.value):.{digits}f} {UNIT} {reading(c)}"
 
 
 # ------------------------------------------------------------------------------------------ variants
@@ -134,8 +137,56 @@ def _label(v: VariantValues) -> str:
     return f"{v.variant} (did not learn)" if v.did_not_learn else v.variant
 
 
-def compare(a: VariantValues, b: VariantValues) -> Difference:
-    return welch_difference(a.values, b.values)
+@dataclass(frozen=True)
+class Comparison:
+    """mean(subject) − mean(base) of the metric: its Welch estimate, read at the report's LEVEL."""
+
+    subject: VariantValues
+    base: VariantValues
+
+    @cached_property
+    def est(self) -> Estimate:
+        return difference(self.subject.values, self.base.values)
+
+    @property
+    def n_a(self) -> int:
+        return len(self.subject.values)
+
+    @property
+    def n_b(self) -> int:
+        return len(self.base.values)
+
+    @property
+    def single(self) -> bool:
+        """One run on a side: there is no estimate of the seed noise at all."""
+        return self.n_a < 2 or self.n_b < 2
+
+    @property
+    def tested(self) -> bool:
+        """There is a noise estimate to test the difference against: both sides have n ≥ 2 and some
+        spread (with none, the interval collapses to a point: that is no evidence of zero noise)."""
+        return self.est.has_noise
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The two-sided LEVEL confidence interval (NaN, NaN when untested)."""
+        return self.est.ci(LEVEL)
+
+    @property
+    def resolved(self) -> bool:
+        """Tested, and the interval excludes zero."""
+        lo, hi = self.interval
+        return self.tested and (lo > 0 or hi < 0)
+
+    @property
+    def identical(self) -> bool:
+        """Both sides hold the same values: e.g. the same network trained with the same seeds."""
+        a, b = np.sort(self.subject.values), np.sort(self.base.values)
+        return a.size == b.size and bool(np.allclose(a, b, rtol=1e-9, atol=0.0))
+
+
+def compare(a: VariantValues, b: VariantValues) -> Comparison:
+    return Comparison(a, b)
 
 
 # ------------------------------------------------------------------------------------------ summary
@@ -158,24 +209,34 @@ def summary_sentences(rs: RunSet, metric: str = METRIC) -> list[str]:
     if r == IDENTICAL:
         first += f"; {runner.variant} is identical to it"
     elif d.resolved:
-        first += f"; it is clearly ahead: the next, {_label(runner)}, is {abs(d.diff):.3f} {UNIT} higher ({fmt_ci(d)})"
+        first += (
+            f"; it is clearly ahead: the next, {_label(runner)}, is {abs(d.est.value):.3f} {UNIT} higher "
+            f"({fmt_interval(d)})"
+        )
     elif r == UNCLEAR:
         first += (
-            f"; the next, {_label(runner)}, differs by {fmt_signed(d.diff)} {UNIT}, within noise ({fmt_ci(d)}), "
+            f"; the next, {_label(runner)}, differs by {fmt_signed(d.est.value)} {UNIT}, within noise "
+            f"({fmt_interval(d)}), "
             "so the top two are not separated"
         )
     else:
-        first += f"; the next, {_label(runner)}: {fmt_signed(d.diff)} {UNIT} ({untested_note(d)})"
+        first += f"; the next, {_label(runner)}: {fmt_signed(d.est.value)} {UNIT} ({untested_note(d)})"
     sentences = [first + "."]
     if len(ranked) > 2:
         worst = ranked[-1]
         d = compare(worst, best)
         if d.resolved:
-            second = f"Highest: {_label(worst)}, {abs(d.diff):.3f} {UNIT} above {best.variant} ({fmt_ci(d)})"
+            second = f"Highest: {_label(worst)}, {abs(d.est.value):.3f} {UNIT} above {best.variant} ({fmt_interval(d)})"
         elif reading(d) == UNCLEAR:
-            second = f"Highest: {_label(worst)}, {fmt_signed(d.diff)} {UNIT} from {best.variant}, within noise ({fmt_ci(d)})"
+            second = (
+                f"Highest: {_label(worst)}, {fmt_signed(d.est.value)} {UNIT} from {best.variant}, within noise "
+                f"({fmt_interval(d)})"
+            )
         else:
-            second = f"Highest: {_label(worst)}, {fmt_signed(d.diff)} {UNIT} from {best.variant} ({untested_note(d)})"
+            second = (
+                f"Highest: {_label(worst)}, {fmt_signed(d.est.value)} {UNIT} from {best.variant} "
+                f"({untested_note(d)})"
+            )
         tested = [compare(v, best) for v in ranked[1:]]
         if any(t.tested for t in tested):
             resolved = sum(t.resolved for t in tested)
@@ -191,16 +252,14 @@ def summary_sentences(rs: RunSet, metric: str = METRIC) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Contrast:
-    """One level of a config key against the key's reference level, the other grouping keys held fixed."""
+class Contrast(Comparison):
+    """One level of a config key (subject) against the key's reference level (base), the other grouping
+    keys held fixed."""
 
-    key: str  # config key, e.g. placement.name
-    level: Any
-    reference: Any
-    within: dict[str, Any]  # the other grouping keys' values
-    subject: VariantValues
-    base: VariantValues
-    difference: Difference
+    key: str = ""  # config key, e.g. placement.name
+    level: Any = None
+    reference: Any = None
+    within: dict[str, Any] = field(default_factory=dict)  # the other grouping keys' values
 
 
 def _variant_keys(rs: RunSet) -> pd.DataFrame:
@@ -242,7 +301,6 @@ def contrasts(rs: RunSet, metric: str = METRIC) -> list[Contrast]:
                     within={k: row[k] for k in others},
                     subject=subject,
                     base=base,
-                    difference=compare(subject, base),
                 )
             )
     return out
@@ -257,11 +315,10 @@ def contrast_rows(cs: Sequence[Contrast], rs: RunSet) -> list[list[str]]:
     display = short_names(list(rs.group_keys))
     rows = []
     for c in cs:
-        d = c.difference
-        ci = f"{fmt_signed(d.low)} to {fmt_signed(d.high)}" if d.tested else "–"
-        text = reading(d)
+        ci = fmt_ci(c.est, LEVEL) if c.tested else "–"
+        text = reading(c)
         if text == UNTESTED:
-            text = "untested (n = 1)" if not d.has_ci else "untested (no spread)"
+            text = "untested (n = 1)" if c.single else "untested (no spread)"
         if c.subject.did_not_learn or c.base.did_not_learn:
             text += "; did not learn"
         rows.append(
@@ -269,9 +326,9 @@ def contrast_rows(cs: Sequence[Contrast], rs: RunSet) -> list[list[str]]:
                 display.get(c.key, c.key),
                 f"{c.level} − {c.reference}",
                 _within_text(c.within, display) or "–",
-                fmt_signed(d.diff),
+                fmt_signed(c.est.value),
                 ci,
-                f"{d.n_a} vs {d.n_b}",
+                f"{c.n_a} vs {c.n_b}",
                 text,
             ]
         )
@@ -279,33 +336,32 @@ def contrast_rows(cs: Sequence[Contrast], rs: RunSet) -> list[list[str]]:
 
 
 def _clause(c: Contrast, display: dict[str, str], with_ci: bool) -> str:
-    """One contrast, by its `reading`: '0.200 nats worse with norm=ln (95 % CI +0.120 to +0.280, n = 3 vs
-    3)', 'no clear difference with norm=ln (+0.030 nats, 95 % CI …)', '+0.009 nats with norm=ln' (untested;
-    `with_ci` False: the sentence says once for all its clauses why they are untested)."""
-    d = c.difference
+    """One contrast, by its `reading`: '0.200 nats worse with norm=ln (CI [+0.120, +0.280], n = 3 vs 3)',
+    'no clear difference with norm=ln (+0.030 nats, CI […], n = 3 vs 3)', '+0.009 nats with norm=ln'
+    (untested; `with_ci` False: the sentence says once for all its clauses why they are untested)."""
     where = f" with {_within_text(c.within, display)}" if c.within else ""
-    r = reading(d)
+    r = reading(c)
     if r == IDENTICAL:
         return f"identical{where}"
     if r in (WORSE, BETTER):
-        return f"{_size_direction(d)}{where} ({fmt_ci(d)})"
+        return f"{_size_direction(c)}{where} ({fmt_interval(c)})"
     if r == UNCLEAR:
-        return f"no clear difference{where} ({fmt_signed(d.diff)} {UNIT}, {fmt_ci(d)})"
-    return f"{fmt_signed(d.diff)} {UNIT}{where}" + (f" ({untested_note(d)})" if with_ci else "")
+        return f"no clear difference{where} ({fmt_signed(c.est.value)} {UNIT}, {fmt_interval(c)})"
+    return f"{fmt_signed(c.est.value)} {UNIT}{where}" + (f" ({untested_note(c)})" if with_ci else "")
 
 
 def contrast_sentences(cs: Sequence[Contrast], rs: RunSet) -> list[str]:
     """One sentence per grouping key: each level against the reference, within each setting of the others,
-    e.g. "**placement** — post vs pre: 0.200 nats worse with norm=ln (95 % CI …, n = 3 vs 3); …"; where no
+    e.g. "**placement** — post vs pre: 0.200 nats worse with norm=ln (CI […], n = 3 vs 3); …"; where no
     comparison of the key has a noise estimate, "post − pre: +0.200 nats with norm=ln, … (untested: one
     run on each side, no noise estimate)"."""
     display = short_names(list(rs.group_keys))
     sentences = []
     for key in dict.fromkeys(c.key for c in cs):
         of_key = [c for c in cs if c.key == key]
-        differing = [c for c in of_key if not c.difference.identical]
-        untested = bool(differing) and not any(c.difference.tested for c in differing)
-        single = untested and all(not c.difference.has_ci for c in differing)
+        differing = [c for c in of_key if not c.identical]
+        untested = bool(differing) and not any(c.tested for c in differing)
+        single = untested and all(c.single for c in differing)
         parts = []
         for level in dict.fromkeys(c.level for c in of_key):
             group = [c for c in of_key if c.level == level]
@@ -319,9 +375,7 @@ def contrast_sentences(cs: Sequence[Contrast], rs: RunSet) -> list[str]:
             )
         if single:
             n_runs = (
-                "one run on each side"
-                if all(c.difference.n_a == c.difference.n_b == 1 for c in differing)
-                else "one run on a side"
+                "one run on each side" if all(c.n_a == c.n_b == 1 for c in differing) else "one run on a side"
             )
             tail = f" (untested: {n_runs}, no noise estimate)"
         elif untested:

@@ -126,7 +126,7 @@ def summary_markdown(table: pd.DataFrame) -> str:
     return md_table(headers, rows)
 
 
-EFFECT_HEADERS = ["key", "contrast", "with", "Δ final val loss", "95 % CI", "n", "reading"]
+EFFECT_HEADERS = ["key", "contrast", "with", "Δ final val loss", narrative.CI_LABEL, "n", "reading"]
 
 
 def wanted_grid(figures: Sequence[str] | None) -> bool:
@@ -242,7 +242,9 @@ def _markdown(
         lines.append(
             f"Seeds ({', '.join(str(s) for s in seeds)}) are averaged: numbers are mean ± sample standard "
             "deviation (ddof=1) over a variant's runs; figures draw the mean, with a ± 1 std band where a "
-            "variant has n ≥ 2 runs (legends give n)."
+            "variant has n ≥ 2 runs (legends give n). Every CI below is the two-sided "
+            f"{100 * narrative.LEVEL:.0f} % confidence interval of a difference of means (Student's t, "
+            "Welch–Satterthwaite degrees of freedom)."
         )
     counts = runs["status"].value_counts()
     lines += ["", "Status: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".", ""]
@@ -276,7 +278,7 @@ def _markdown(
         lines += [
             "Each row: one level of a config key minus the key's first level, the other grouping keys held "
             'fixed ("with"); Δ = difference of the mean final val loss in nats/token (lower is better). '
-            "95 % CI: Student's t with Welch–Satterthwaite degrees of freedom over the runs' final val "
+            f"{narrative.CI_LABEL}: Student's t with Welch–Satterthwaite degrees of freedom over the runs' final val "
             'losses; n = runs with a final val loss on each side. "Worse"/"better" only where the '
             "interval excludes 0. Untested: no noise estimate (one run on a side, or no spread between "
             "the runs), so only the signed Δ is given. Intervals are per row, not adjusted for the number "

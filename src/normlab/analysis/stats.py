@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -153,72 +152,3 @@ def summary_table(rs: RunSet) -> pd.DataFrame:
         row["learned_known"] = int(learned.notna().sum())
         rows.append(row)
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-
-
-# ------------------------------------------------------------------------------- differences between groups
-
-CI_LEVEL = 0.95
-
-
-@dataclass(frozen=True)
-class Difference:
-    """mean(a) − mean(b) with its Welch confidence interval.
-
-    `low`/`high` are None when either side has a single value: with n = 1 there is no estimate of the
-    seed noise, so no interval. When both sides have no spread at all (identical values across seeds),
-    the interval collapses to the difference itself and `df` is None.
-    """
-
-    diff: float
-    n_a: int
-    n_b: int
-    se: float | None = None
-    df: float | None = None
-    low: float | None = None
-    high: float | None = None
-    level: float = CI_LEVEL
-    same_values: bool = False  # both sides hold the same values (e.g. the same network, seed by seed)
-
-    @property
-    def has_ci(self) -> bool:
-        return self.low is not None and self.high is not None
-
-    @property
-    def tested(self) -> bool:
-        """There is a noise estimate to test the difference against: both sides have n ≥ 2 and some spread
-        (with none, the interval collapses to a point: that is no evidence of zero noise)."""
-        return self.has_ci and self.df is not None
-
-    @property
-    def resolved(self) -> bool:
-        """Tested, and the interval excludes zero."""
-        return self.tested and (self.low > 0 or self.high < 0)
-
-    @property
-    def identical(self) -> bool:
-        """Both sides hold the same values: e.g. the same network trained with the same seeds."""
-        return self.same_values
-
-
-def welch_difference(a: Sequence[float], b: Sequence[float], level: float = CI_LEVEL) -> Difference:
-    """mean(a) − mean(b) and its `level` confidence interval from Student's t with the Welch–Satterthwaite
-    degrees of freedom (unequal variances; sample variances with ddof=1). Non-finite values are dropped.
-
-        se² = s_a²/n_a + s_b²/n_b,   df = se⁴ / ((s_a²/n_a)²/(n_a−1) + (s_b²/n_b)²/(n_b−1))
-    """
-    from normlab.analysis.verdicts import difference
-
-    xa = np.asarray([v for v in a if v is not None and math.isfinite(v)], dtype=float)
-    xb = np.asarray([v for v in b if v is not None and math.isfinite(v)], dtype=float)
-    if xa.size == 0 or xb.size == 0:
-        raise ValueError("a difference needs at least one finite value on each side")
-    diff = float(xa.mean() - xb.mean())
-    same = xa.size == xb.size and bool(np.allclose(np.sort(xa), np.sort(xb), rtol=1e-9, atol=0.0))
-    na, nb = int(xa.size), int(xb.size)
-    if na < 2 or nb < 2:
-        return Difference(diff, na, nb, level=level, same_values=same)
-    est = difference(xa, xb)  # the verdicts' Welch estimate: one implementation of se and df
-    if est.se == 0:
-        return Difference(diff, na, nb, se=0.0, low=diff, high=diff, level=level, same_values=same)
-    low, high = est.interval(alpha=(1 - level) / 2)
-    return Difference(diff, na, nb, est.se, est.df, low, high, level, same)

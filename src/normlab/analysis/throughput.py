@@ -3,7 +3,7 @@ runs of the sweep, other processes: the load) and on the device, often more than
 trained side by side on a busy machine can come out in either order. So every tokens/s a report shows
 carries that context — how many of the runs trained at the same time, the load, the device — and is never
 a speed comparison between variants: the benchmark scripts, which time variants interleaved in one
-process, are (README "Performance").
+process, are (docs/performance.md).
 """
 
 from __future__ import annotations

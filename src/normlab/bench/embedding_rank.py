@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    # (preset, vocab, d_model, heads, context, batch): the presets at the README's data settings, depth 6
+    # (preset, vocab, d_model, heads, context, batch): the presets at docs/data.md's data settings, depth 6
     shapes = [
         ("tiny", 1024, 64, 4, 64, 16),
         ("small", 4096, 128, 4, 128, 32),

@@ -17,7 +17,7 @@ Also an analytic FLOP share: normalization ≈ 8 FLOPs per element per forward (
 subtract, square, mean, rsqrt, multiply, scale, shift; RMSNorm a few fewer) against the matmul and
 attention FLOPs counted by `torch.utils.flop_counter`.
 
-    python -m normlab.bench.profile_norm                      # the rmsnorm_speed preset's model
+    python -m normlab.bench.profile_norm                      # finding 5's preset's model (findings/rmsnorm_speed)
     python -m normlab.bench.profile_norm model=small depth=12 --blocks 12
 """
 
@@ -37,7 +37,7 @@ from torch import nn
 NORM_RANGE = "normlab::norm"
 STEP_RANGE = "normlab::step"
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
-PRESET = "rmsnorm_speed"
+PRESET = "findings/rmsnorm_speed"  # configs/experiment/findings/rmsnorm_speed.yaml
 NORM_FLOPS_PER_ELEMENT = 8
 
 

@@ -134,11 +134,11 @@ class TrainConfig(Knobs):
         False,
         "torch.compile the training forward (Inductor; on a CPU it needs a C++ compiler, else the run trains "
         "uncompiled with a warning). Compiling takes 15-20 s on 2 CPU cores; it pays off on runs of more than a "
-        'few hundred steps (README "Performance")',
+        "few hundred steps (docs/performance.md)",
     )
     peak_flops: Optional[float] = knob(
         None,
-        'the device\'s peak FLOP/s for the `mfu` metric (tokens/s × FLOPs per token ÷ peak; README "Metrics"); '
+        "the device's peak FLOP/s for the `mfu` metric (tokens/s × FLOPs per token ÷ peak; docs/metrics.md); "
         "null = the data-sheet number of a known GPU at this precision (A100, H100, H200, L4, L40, L40S), none on "
         "a CPU",
         gt=0,

@@ -41,11 +41,14 @@ def _config_dir(root: DictConfig) -> Path | None:
 
 
 def _yaml_options(config_dir: Path | None, group: str) -> list[str]:
-    """Options a group has as YAML files (a user's own presets; every experiment); files starting with "_"
-    are shared bases (configs/experiment/_cpu_small.yaml), not options."""
-    if config_dir is None or not (config_dir / group).is_dir():
+    """Options a group has as YAML files (a user's own presets; every experiment), those in subfolders by
+    their path (findings/xiong_warmup); files starting with "_" are shared bases
+    (configs/experiment/findings/_cpu_small.yaml), not options."""
+    folder = config_dir / group if config_dir is not None else None
+    if folder is None or not folder.is_dir():
         return []
-    return [p.stem for p in (config_dir / group).glob("*.yaml") if not p.stem.startswith("_")]
+    paths = [p.relative_to(folder).with_suffix("") for p in folder.rglob("*.yaml")]
+    return [p.as_posix() for p in paths if not p.name.startswith("_")]
 
 
 def _options(config_dir: Path | None, group: str) -> list[str]:
@@ -133,7 +136,9 @@ def preset_about(path: Path) -> str:
     if not header:
         return ""
     # up to the first full stop that ends a sentence (not the one of "et al.", "Fig.", "e.g.", "i.e.")
-    first = re.split(r"(?<!\bal)(?<!\bFig)(?<!\be\.g)(?<!\bi\.e)\.\s+(?=[A-Za-z0-9])", header, maxsplit=1)[0]
+    first = re.split(
+        r"(?<!\bal)(?<!\bFig)(?<!\bFigs)(?<!\be\.g)(?<!\bi\.e)\.\s+(?=[A-Za-z0-9])", header, maxsplit=1
+    )[0]
     return first.rstrip(".") + "."
 
 

@@ -3,7 +3,7 @@ them: `norm=rms` selects the node `norm/rms`, whose values are RMSNormConfig's d
 
 The nodes hold plain values, not the typed dataclasses: Hydra would then refuse a value of the wrong type
 while composing, before the run directory exists, where normlab records it as `status: invalid` with its
-sentence (the README's table). The types and rules apply when the job starts (`normlab.config.checked`).
+sentence (docs/errors.md). The types and rules apply when the job starts (`normlab.config.checked`).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def _synthetic(cfg: dict[str, Any], progress: bool) -> Source:
 
 
 def _tinystories(cfg: dict[str, Any], progress: bool) -> Source:
-    from .local import tinystories_source
+    from .tinystories import tinystories_source
 
     return tinystories_source(cfg, progress)
 

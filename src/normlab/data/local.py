@@ -1,4 +1,5 @@
-"""Real corpora on disk: a local copy of TinyStories and any local text corpus (the Hub: `normlab.data.hub`).
+"""Real corpora on disk: the files of a local copy of TinyStories and of any local text corpus (which of a
+local copy and the Hub TinyStories comes from: `normlab.data.tinystories`).
 
 Local layouts understood under `data.path` (searched recursively, hidden folders skipped):
 
@@ -198,7 +199,7 @@ def _split_of(path: Path, root: Path) -> str | None:
     return None
 
 
-def _walk(root: Path) -> list[Path]:
+def walk_files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
     out = []
@@ -212,7 +213,7 @@ def find_layout(root: Path, *, versions: Sequence[str] = (), allow_plain_txt: bo
     """The best corpus layout under `root`, or None when nothing usable is there: the official TinyStories
     text files of the first of `versions` whose training file is there, else parquet, JSON lines or (with
     `allow_plain_txt`) text files named by split."""
-    files = _walk(root)
+    files = walk_files(root)
     base = root if root.is_dir() else root.parent
     for version in versions:
         train_name, val_name = OFFICIAL_TXT[version]
@@ -239,7 +240,7 @@ def find_layout(root: Path, *, versions: Sequence[str] = (), allow_plain_txt: bo
     return None
 
 
-def _resolve_path(cfg: dict[str, Any]) -> Path:
+def resolve_path(cfg: dict[str, Any]) -> Path:
     root = absolute(cfg["path"])
     if not root.exists():
         raise UserError(
@@ -248,7 +249,7 @@ def _resolve_path(cfg: dict[str, Any]) -> Path:
     return root
 
 
-def _others(files: Iterable[Path], root: Path, limit: int = 6) -> str:
+def listing(files: Iterable[Path], root: Path, limit: int = 6) -> str:
     names = [str(f.relative_to(root)) if root.is_dir() else f.name for f in files]
     if not names:
         return "it is empty"
@@ -264,7 +265,7 @@ def _others(files: Iterable[Path], root: Path, limit: int = 6) -> str:
 class FileSource(Source):
     """Documents from local files; validation from the validation files, or every k-th document (k from
     `val_fraction`). `cfg` is the data group with its config defaults filled in (`with_defaults`), as
-    `tinystories_source` and `text_source` pass it."""
+    `normlab.data.tinystories` and `text_source` pass it."""
 
     def __init__(
         self,
@@ -343,94 +344,26 @@ def _parquet_rows(paths: list[Path]) -> int:
         return 0
 
 
-def _version(cfg: dict[str, Any]) -> str | None:
-    """data.version, checked: v1, v2, or None (recognised from the files; the Hub's default is v2)."""
-    if cfg.get("version") is None:
-        return None
-    version = str(cfg["version"]).lower()
-    if version not in OFFICIAL_TXT:
-        raise UserError(
-            f"data.version={cfg.get('version')} is not a TinyStories version; set data.version=v1 or v2, or "
-            "leave it out to have it recognised from the file names."
-        )
-    return version
-
-
-HUB_DEFAULT_VERSION = "v2"
-
-
-def tinystories_source(cfg: dict[str, Any], progress: bool = True) -> Source:
-    """TinyStories from `data.path` (the official V2 or V1 text files recognised by their names, V2 where
-    both are there, `data.version` to choose; or parquet / JSON lines named by split), else from the Hub."""
-    from .hub import HubSource  # the Hub's libraries load only when no local copy is used
-
-    cfg = with_defaults(cfg, "tinystories")
-    version = _version(cfg)
-    if not cfg.get("path"):
-        return HubSource(cfg, version or HUB_DEFAULT_VERSION, progress)
-    root = _resolve_path(cfg)
-    versions = (version,) if version else ("v2", "v1")
-    layout = find_layout(root, versions=versions, allow_plain_txt=False)
-    official = " or ".join(f"{OFFICIAL_TXT[v][0]} and {OFFICIAL_TXT[v][1]}" for v in versions)
-    looked_for = (
-        f"{official}{f' (data.version={version})' if version else ''}, or parquet / JSON lines files named "
-        "by split (train…, validation…)"
-    )
-    if layout is None:
-        hint = ""
-        if version:
-            other = "v1" if version == "v2" else "v2"
-            if any(f.name == OFFICIAL_TXT[other][0] for f in _walk(root)):
-                hint = f" (it holds the {other.upper()} files: set data.version={other}, or leave it out)"
-        raise UserError(
-            f"No TinyStories files found under data.path={root}: looked for {looked_for}, but "
-            f"{_others(_walk(root), root)}{hint}; point data.path at the folder that holds them."
-        )
-    if not layout.val:
-        val_name = OFFICIAL_TXT[layout.version][1] if layout.version else "the validation file"
-        raise UserError(
-            f"Found the TinyStories training files under data.path={root} but no validation files "
-            f"(looked for {val_name} or files named validation…); add them next to the training files."
-        )
-    log.info(
-        "data=tinystories: using %s under %s%s",
-        layout.description,
-        root,
-        _version_note(layout, version, root),
-    )
-    return FileSource("tinystories", root, layout, cfg, val_fraction=None)
-
-
-def _version_note(layout: Layout, version: str | None, root: Path) -> str:
-    """How the files were chosen: by data.version, or recognised by their names (and what else is there)."""
-    if layout.version is None:
-        return " (data.version only picks between the official .txt files)" if version else ""
-    if version:
-        return f" (data.version={version})"
-    other = "v1" if layout.version == "v2" else "v2"
-    also = any(f.name == OFFICIAL_TXT[other][0] for f in _walk(root))
-    there = f"; the {other.upper()} files are there too: data.version={other} to use them" if also else ""
-    return f" (recognised by their names{there})"
-
-
 def text_source(cfg: dict[str, Any]) -> Source:
     cfg = with_defaults(cfg, "text")
     if not cfg.get("path"):
         raise UserError(
             "data=text needs a corpus: set data.path=FILE_OR_DIR (.txt, .jsonl or .parquet files)."
         )
-    root = _resolve_path(cfg)
+    root = resolve_path(cfg)
     layout = find_layout(root, allow_plain_txt=True)
     if layout is None:
         raise UserError(
             f"No corpus files found under data.path={root}: looked for .txt, .jsonl or .parquet files, but "
-            f"{_others(_walk(root), root)}; point data.path at a file or folder of those."
+            f"{listing(walk_files(root), root)}; point data.path at a file or folder of those."
         )
     val_path = cfg.get("val_path")
     if val_path:
         vroot = absolute(val_path)
         vfiles = (
-            [f for f in _walk(vroot) if FORMATS.get(f.suffix.lower()) == layout.fmt] if vroot.exists() else []
+            [f for f in walk_files(vroot) if FORMATS.get(f.suffix.lower()) == layout.fmt]
+            if vroot.exists()
+            else []
         )
         if not vfiles:
             raise UserError(

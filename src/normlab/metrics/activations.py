@@ -1,14 +1,17 @@
 """Activation statistics of one forward pass, collected by hooks that exist only during that pass.
 
 Hooks cost a Python call per module per forward, so they are installed on the instrumented steps only
-(`with ActivationCapture(model) as cap: model(x)`) and removed on exit. Values stay on the device; the
-caller moves them to the host with the rest of its row.
+(`with ActivationCapture(model) as cap: model.features(x)`) and removed on exit. What the LM head reads and
+the output logits are measured by the head and its loss (normlab.train.head_loss), whichever way the
+logits are computed, and handed over with `record_head`. Values stay on the device; the caller moves them
+to the host with the rest of its row.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,12 +20,20 @@ from normlab.metrics import names
 from normlab.model.gpt import CausalSelfAttention, max_causal_logit
 
 
-class LogitStats(Protocol):
-    """The logits' statistics a fused head + loss computes on the way (normlab.train.head_loss)."""
+@dataclass(frozen=True)
+class LogitStats:
+    """The output logits' statistics of an instrumented step (0-d float32 tensors on the device): what
+    `logits/max`, `logits/mean` and `logits/log_z` report."""
 
-    max: torch.Tensor
-    mean: torch.Tensor
-    mean_log_z: torch.Tensor
+    max: torch.Tensor  # largest logit over positions and vocabulary
+    mean: torch.Tensor  # mean logit over positions and vocabulary
+    mean_log_z: torch.Tensor  # mean over positions of log Σ_v exp(logit_v), in float32 (what z-loss squares)
+
+    @classmethod
+    def of(cls, logits: torch.Tensor) -> LogitStats:
+        """From materialised logits (..., vocab); the fused head computes the same on its way instead."""
+        logits = logits.detach().float()
+        return cls(max=logits.amax(), mean=logits.mean(), mean_log_z=torch.logsumexp(logits, dim=-1).mean())
 
 
 def rms(x: torch.Tensor) -> torch.Tensor:
@@ -52,7 +63,7 @@ def activation_keys(n_layers: int) -> list[str]:
 
 
 class ActivationCapture:
-    """Records, for the forward passes inside the `with`, the keys of `activation_keys`:
+    """Records, for the forward passes inside the `with` (and `record_head`), the keys of `activation_keys`:
 
     - act_rms/layer_i: RMS of the residual stream x leaving block i (over batch, positions and features;
       with ResiDual, its Post-LN stream x, not the accumulating d);
@@ -87,11 +98,6 @@ class ActivationCapture:
             )
             for attn in attention_modules(block):
                 self._hook_max_logit(attn, names.attn_max_logit_layer(i))
-        head = self.model.head
-        self._handles.append(
-            head.register_forward_pre_hook(self._record(names.ACT_RMS_HEAD, lambda a, out: rms(a[0])))
-        )
-        self._handles.append(head.register_forward_hook(self._record("logits", lambda a, out: out.detach())))
         return self
 
     def _hook_max_logit(self, attn: CausalSelfAttention, key: str) -> None:
@@ -114,16 +120,10 @@ class ActivationCapture:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        logits = self._found.pop("logits", None)
-        if logits is not None:
-            logits = logits.float()
-            self._found[names.LOGIT_MEAN] = logits.mean()
-            self._found[names.LOGIT_MAX] = logits.amax()
-            self._found[names.LOGIT_LOG_Z] = torch.logsumexp(logits, dim=-1).mean()
 
     def record_head(self, head_input: torch.Tensor, logits: LogitStats) -> None:
-        """The head's measurements when the trainer runs the head fused with its loss (the head module is
-        then never called, so its hooks see nothing): call after the `with` of that forward."""
+        """What the LM head read and the logits it gave on the forward captured (normlab.train.head_loss
+        measures them, fused or not): call after the `with` of that forward."""
         self._found[names.ACT_RMS_HEAD] = rms(head_input)
         self._found[names.LOGIT_MAX] = logits.max
         self._found[names.LOGIT_MEAN] = logits.mean

@@ -1,10 +1,11 @@
 """The measurements of an instrumented step (step 0, every step up to `metrics.dense_until`, then every
 `metrics.every` steps), in one place.
 
-The trainer asks `Instruments.begin(step)` for a `StepProbe` on those steps only and calls it at four
-points of the step: before the forward (model update, parameter snapshot), around the first
-micro-batch's forward (activation hooks), after the backward (gradient histograms), and after the
-optimizer step (update ratios). Everything stays on the device until `StepProbe.row()`.
+The trainer asks `Instruments.begin(step)` for a `StepProbe` on those steps only, and the probe is called
+at five points of the step: before the forward (model update, parameter snapshot), around the first
+micro-batch's forward (activation hooks), at its head (what the head read and the logits' statistics, from
+normlab.train.head_loss), after the backward (gradient histograms), and after the optimizer step (update
+ratios). Everything stays on the device until `StepProbe.row()`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from normlab.model.placements import normalises_stream
 
 @dataclass(frozen=True)
 class InstrumentConfig(Knobs):
-    """Measurements beyond the per-step loss / lr / grad norms (README "Metrics" lists every name)."""
+    """Measurements beyond the per-step loss / lr / grad norms (docs/metrics.md lists every name)."""
 
     GROUP: ClassVar[str] = "metrics"
     enabled: bool = knob(
@@ -47,7 +48,7 @@ class InstrumentConfig(Knobs):
         20,
         "... and at EVERY step up to and including this one: instabilities (Post-LN's exploding first updates, "
         "early loss spikes) live in the first steps, which a sparse `every` would skip; 0 = off. Costs about one "
-        'extra forward per dense step with the model update, hooks otherwise (README "Cost")',
+        'extra forward per dense step with the model update, hooks otherwise (docs/metrics.md, "Cost")',
         ge=0,
     )
     histogram_every: int = knob(
@@ -140,7 +141,8 @@ class StepProbe:
         return self.instruments.capture
 
     def head(self, head_input: torch.Tensor, logits: LogitStats) -> None:
-        """The head's measurements of the forward just captured, when the head ran fused with the loss."""
+        """What the LM head read and the logits' statistics, for the forward just captured: handed over by
+        the head and its loss (normlab.train.head_loss), whichever way it computed them."""
         if self._head_pending:
             self.instruments.capture.record_head(head_input, logits)
             self._head_pending = False

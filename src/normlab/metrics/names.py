@@ -1,6 +1,6 @@
 """Every metric name written to metrics.jsonl (and W&B), defined once.
 
-The README's "Metrics" table documents each of these; scripts and notebooks should import the names
+docs/metrics.md documents each of these; scripts and notebooks should import the names
 from here rather than spelling the strings.
 """
 
@@ -86,6 +86,6 @@ def grad_hist_layer(i: int) -> str:
     return f"grad_hist/layer_{i}"
 
 
-# summary.json: the outcome fields every run's summary carries (README "What a run writes"), besides the
+# summary.json: the outcome fields every run's summary carries (docs/runs.md), besides the
 # config echoes (norm, placement, depth, ...). Declared once, in normlab.train.summary.RunSummary.
 SUMMARY_FIELDS = OUTCOME_FIELDS

@@ -44,7 +44,7 @@ from normlab.knobs import Knobs, knob
 
 @dataclass(frozen=True)
 class SpikeConfig(Knobs):
-    """Spike rule (README "Loss spikes"; OLMo's 6σ rule on a detrended series, from the first steps): a loss or
+    """Spike rule (docs/metrics.md, "Loss spikes"; OLMo's 6σ rule on a detrended series, from the first steps): a loss or
     grad_norm value is a spike when its ratio to the median of the `trend` values before it is more than
     `sigma` standard deviations above the mean of the previous `window` such ratios, once `min_history`
     ratios exist (the first tested step is trend + min_history: summary.json's spike_watch_start)."""

@@ -25,12 +25,12 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+from normlab.commands import sweep_command
 from normlab.sweep_progress import mark_done
-from normlab.sweeps.command import sweep_command
 from normlab.sweeps.jobs import Job, SweepJobs, plan_jobs, summary_of
 from normlab.sweeps.report import outcome, report
 from normlab.sweeps.stop import say
-from normlab.train.resume import RESUME, START
+from normlab.train.run_dir import RESUME, START
 
 log = logging.getLogger(__name__)
 

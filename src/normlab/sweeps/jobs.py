@@ -19,9 +19,8 @@ import yaml
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from normlab.sweeps.command import hydra_value, override_key
-from normlab.train import resume
-from normlab.train.run_dir import holds_results
+from normlab.commands import hydra_value, override_key
+from normlab.train import run_dir as directories
 from normlab.train.summary import SUMMARY_FILE
 
 JobKey = tuple[str, ...]
@@ -44,11 +43,11 @@ class Job:
     overrides: list[str]  # as the sweeper made them, plus hydra.sweep.subdir when the job reuses a directory
     label: str = ""  # the overrides that tell this job from the others of the sweep
     run_dir: Path | None = None  # known before launch when the sweep directory already held runs
-    plan: resume.Plan | None = None  # train.resume=auto's answer for run_dir; None for a fresh sweep
+    plan: directories.Plan | None = None  # train.resume=auto's answer for run_dir; None for a fresh sweep
 
     @property
     def skipped(self) -> bool:
-        return self.plan is not None and self.plan.action == resume.SKIP
+        return self.plan is not None and self.plan.action == directories.SKIP
 
 
 @dataclass
@@ -124,7 +123,7 @@ def plan_jobs(
     with _hydra_config_kept():
         for job in jobs:
             _place(job, recorded, context, config, sweep_dir, taken, used, len(jobs) + first_num)
-            if job.plan is not None and job.plan.action == resume.BUSY:
+            if job.plan is not None and job.plan.action == directories.BUSY:
                 result.busy.append(job)
     return result
 
@@ -164,7 +163,7 @@ def _place(
     used.add(run_dir.name)
     job.overrides.append(f"hydra.sweep.subdir={hydra_value(run_dir.name)}")
     job.run_dir = run_dir
-    job.plan = resume.plan(run_dir, max_steps)
+    job.plan = directories.plan(run_dir, max_steps)
 
 
 def summary_of(run_dir: Path | None) -> dict[str, Any] | None:
@@ -180,4 +179,4 @@ def summary_of(run_dir: Path | None) -> dict[str, Any] | None:
 
 
 def started(run_dir: Path | None) -> bool:
-    return run_dir is not None and (summary_of(run_dir) is not None or holds_results(run_dir))
+    return run_dir is not None and (summary_of(run_dir) is not None or directories.holds_results(run_dir))

@@ -1,6 +1,6 @@
 """The end of a sweep: one line per job, the command that continues it, and the sweep's exit code.
 
-Exit codes of `python train.py -m` (README "When something goes wrong"):
+Exit codes of `python train.py -m` (docs/errors.md, "When something goes wrong"):
 
 - 0: every job completed or diverged (now or in an earlier invocation);
 - 128 + N: the sweep was stopped by signal N (130 Ctrl-C, 143 SIGTERM): its running jobs saved, the rest

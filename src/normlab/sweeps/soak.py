@@ -5,7 +5,8 @@ soak does:
 
 1. the reference: the sweep of N short jobs (`seed=0..N-1` on the joblib launcher), uninterrupted;
 2. the same sweep in another directory; M times, at a moment drawn uniformly from `delay_s` after the
-   sweep (re)started, one fault: SIGINT, SIGTERM or SIGKILL, sent to the sweep's parent alone, to its
+   sweep (re)started (its upper end shrunk to 1.5 × the reference's wall time / M, so that on a fast
+   machine the M faults still come before the sweep has finished), one fault: SIGINT, SIGTERM or SIGKILL, sent to the sweep's parent alone, to its
    process group, or to one job's process. After each fault the soak waits for the sweep to react and
    checks, from outside, what a user would: a signalled parent exits, no job process is alive 10 s later,
    no job process started after the signal, every job directory is consistent (no step twice or missing
@@ -332,6 +333,14 @@ def env() -> dict[str, str]:
     return {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": f"{src}:{path}" if path else src}
 
 
+def fault_delays(delay_s: tuple[float, float], reference_s: float, faults: int) -> tuple[float, float]:
+    """The range a fault's delay is drawn from: `delay_s`, its upper end at most 1.5 × the reference
+    sweep's wall time / `faults` (then the delays add up to about 3/4 of the work on average, and the
+    sweep is still running when the last fault comes), never below its lower end."""
+    low, high = delay_s
+    return low, max(low, min(high, 1.5 * reference_s / max(faults, 1)))
+
+
 def run_sweep(spec: SoakSpec, sweep_dir: Path, resume: bool, log: Path) -> int | None:
     sweep = SweepProcess(spec.argv(sweep_dir, resume), log, env())
     code, _ = sweep.wait(spec.timeout_s)
@@ -400,6 +409,7 @@ def soak(spec: SoakSpec) -> SoakResult:
     problems = []
     if run_sweep(spec, reference, resume=False, log=log) != 0:
         problems.append("the uninterrupted reference sweep did not exit 0")
+    delays = fault_delays(spec.delay_s, time.monotonic() - t0, spec.faults)
     faults: list[FaultRecord] = []
     invocations = 0
     sweep: SweepProcess | None = None
@@ -408,7 +418,7 @@ def soak(spec: SoakSpec) -> SoakResult:
         if sweep is None:
             sweep, waiting = SweepProcess(spec.argv(faulted, resume=True), log, env()), []
             invocations += 1
-        delay = rng.uniform(*spec.delay_s)
+        delay = rng.uniform(*delays)
         code, _ = sweep.wait(delay)
         if code is None:
             record = send_fault(sweep, len(faults) + 1, delay, rng, spec.timeout_s)

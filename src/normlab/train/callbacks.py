@@ -7,7 +7,7 @@
 - `on_eval(row)`: the final evaluation row (step = the last step, val_loss, val_ppl);
 - `on_checkpoint(step)`: every train.ckpt_every updates, after the rows before `step` were passed on;
 - `on_end(result)`: once, when `fit` returns or raises, except when it pauses at `stop_at` (the next
-  call goes on).
+  call goes on), with the `LoopResult` that `fit` returns.
 
 The sinks (metrics/sinks.JsonlSink, metrics/wandb_sink.WandbSink) implement the four methods themselves;
 the classes here subclass the protocol, which gives every method a do-nothing default.
@@ -16,18 +16,31 @@ the classes here subclass the protocol, which gives every method a do-nothing de
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
 from normlab.metrics import names
 from normlab.train import checkpoint
 
-if TYPE_CHECKING:
-    from normlab.train.loop import LoopResult
+__all__ = ["Callback", "Checkpoints", "LoopResult", "ProgressBar"]
 
-__all__ = ["Callback", "Checkpoints", "ProgressBar"]
+
+@dataclass
+class LoopResult:
+    """What `Trainer.fit` returns and hands to `on_end`: how the loop ended and what it measured."""
+
+    steps: int  # optimizer updates made
+    status: str  # completed | diverged | interrupted (`stop` asked for it at a step boundary)
+    diverged_at: int | None = None
+    reason: str | None = None  # why it diverged, one sentence
+    train_losses: list[float] = field(default_factory=list)
+    val_losses: dict[int, float] = field(default_factory=dict)
+    # an evaluation's other metrics by step (layer_ablation/layer_i with metrics.layer_ablation)
+    eval_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    tokens_per_s: list[float] = field(default_factory=list)
 
 
 class Callback(Protocol):

@@ -1,140 +1,100 @@
-"""The LM head and its loss in one pass over the vocabulary, chunk by chunk, gradient included.
+"""The LM head and the training objective behind one interface, `HeadLoss`: token ids and targets in,
+(objective, cross-entropy) out, and on instrumented steps the head's measurements handed to the probe.
 
-The plain way — `logits = head(h)`, then `F.cross_entropy(logits, y)` — writes the (tokens × vocabulary)
-logits, their log-softmax, a zero-filled gradient for the NLL and the log-softmax gradient, each a fresh
-tensor (64 MiB apiece at batch 32 × 128 tokens × 4096 words), and reads them back: on a CPU that memory
-traffic costs more than the head's matrix products themselves. Here the logits of a chunk of rows live
-in one reused buffer that stays in cache while the loss and the gradient with respect to the logits,
-softmax − one-hot, are computed from it; the gradients of the hidden states and of the head weight are
-accumulated right away (two matrix products per chunk, the same FLOPs as autograd's), and the backward
-only scales them by the incoming gradient.
+The objective is the cross-entropy plus the optional z-loss (Chowdhery et al. 2022, PaLM; Wortsman et al.
+2023 use coefficient 1e-4), which pulls the log of the output softmax's normaliser towards 0:
 
-Same mathematics as `F.cross_entropy` on the full logits (float32 throughout), so results agree to float
-rounding, not bit for bit: the sums run in a different order. The optional z-loss term (Chowdhery et al.
-2022) is folded in: objective = CE + c · mean(log Z)², whose gradient adds 2c · log Z · softmax.
+    objective = CE + c · mean over positions of (log Z)²,   log Z = logsumexp over the vocabulary of the logits
+
+so the logits cannot drift together to large magnitudes (softmax is blind to a shared shift, the gradient
+of z-loss is not). log Z is computed in float32. The `loss` normlab logs stays the plain cross-entropy, so
+runs with and without z-loss compare on the same number.
+
+Two ways compute it, chosen inside `HeadLoss` so that the trainer, evaluation and the probes see one thing:
+
+- fused (`normlab.train.fused_head`), on the CPU in float32: the head and its loss in one chunked pass,
+  the full logits never written, which is most of the head's cost there;
+- plain, under autocast or on a GPU (where that memory traffic is cheap): logits = head(hidden), then
+  `objective` on them.
+
+Either way the logits' statistics (`logits/*`) and what the head reads (`act_rms/head_input`) come from
+here, on the forward they describe (`StepProbe.head`), so a metric does not depend on device or precision.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-# logits per chunk: 16 MiB of float32 (1024 rows of a 4096-word vocabulary), within the L3 cache. On one
-# thread 4, 8 and 16 MiB measured alike (2-core EPYC); with two threads on a busy machine every parallel
-# op of a chunk waits for the slower thread, so fewer, larger chunks lose less (262 ms median vs 550 ms
-# for 8 MiB chunks, against 361 ms for the plain logits → cross-entropy).
-CHUNK_ELEMENTS = 1 << 22
-
-
-def chunk_rows(vocab_size: int, n_rows: int) -> int:
-    return max(1, min(n_rows, CHUNK_ELEMENTS // vocab_size))
+from normlab.metrics.activations import LogitStats
+from normlab.metrics.instruments import StepProbe
+from normlab.train.compile import compile_module
+from normlab.train.fused_head import fused_objective
 
 
-class _HeadLoss(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, hidden, weight, targets, z_loss, want_hidden_grad, want_weight_grad):  # noqa: ANN001
-        n, vocab = hidden.shape[0], weight.shape[0]
-        rows = chunk_rows(vocab, n)
-        buffer = hidden.new_empty(rows, vocab)
-        ce_sum = hidden.new_zeros(())
-        z_sum = hidden.new_zeros(())
-        log_z_sum = hidden.new_zeros(())
-        max_logit = hidden.new_full((), float("-inf"))
-        grad_hidden = torch.empty_like(hidden) if want_hidden_grad else None
-        grad_weight = torch.zeros_like(weight) if want_weight_grad else None
-        minus_one = hidden.new_full((rows, 1), -1.0)
-        for start in range(0, n, rows):
-            h, t = hidden[start : start + rows], targets[start : start + rows, None]
-            logits = torch.mm(h, weight.t(), out=buffer[: len(h)])
-            row_max = logits.amax(1, keepdim=True)
-            target_logit = logits.gather(1, t)
-            exp = logits.sub_(row_max).exp_()  # in place: the buffer now holds exp(logit − max)
-            sums = exp.sum(1, keepdim=True)
-            log_z = sums.log().add_(row_max)
-            ce_sum += (log_z - target_logit).sum()
-            log_z_sum += log_z.sum()
-            max_logit = torch.maximum(max_logit, row_max.max())
-            if z_loss:
-                z_sum += log_z.square().sum()
-            if grad_hidden is None and grad_weight is None:
-                continue
-            # d objective / d logits (per row, before the 1/n of the mean): softmax · (1 + 2c·log Z) − one-hot
-            scale = (log_z * (2 * z_loss) + 1).div_(sums) if z_loss else sums.reciprocal_()
-            grad_logits = exp.mul_(scale)
-            grad_logits.scatter_add_(1, t, minus_one[: len(h)])
-            if grad_hidden is not None:
-                torch.mm(grad_logits, weight, out=grad_hidden[start : start + rows])
-            if grad_weight is not None:
-                grad_weight.addmm_(grad_logits.t(), h)
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.n = n
-        ce = ce_sum / n
-        objective = ce + z_sum * (z_loss / n) if z_loss else ce.clone()
-        mean_log_z = log_z_sum / n
-        ctx.mark_non_differentiable(ce, max_logit, mean_log_z)
-        return objective, ce, max_logit, mean_log_z
+def objective(
+    logits: torch.Tensor, targets: torch.Tensor, z_loss: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(what to differentiate, the cross-entropy) for logits (..., vocab) and integer targets (...)."""
+    flat = logits.float().view(-1, logits.size(-1))
+    ce = F.cross_entropy(flat, targets.reshape(-1))
+    if not z_loss:
+        return ce, ce
+    return ce + z_loss * torch.logsumexp(flat, dim=-1).square().mean(), ce
 
-    @staticmethod
-    def backward(ctx, grad_objective, *grad_measurements):  # noqa: ANN001, ARG004
-        grad_hidden, grad_weight = ctx.saved_tensors
-        scale = grad_objective / ctx.n
-        return (
-            grad_hidden * scale if grad_hidden is not None else None,
-            grad_weight * scale if grad_weight is not None else None,
-            None,
-            None,
-            None,
-            None,
+
+def fused_pays(device: torch.device, amp_dtype: torch.dtype | None) -> bool:
+    """Whether the fused head runs: on the CPU in float32, where writing the full logits costs most."""
+    return device.type == "cpu" and amp_dtype is None
+
+
+class HeadLoss:
+    """`model`'s LM head and the objective (z-loss coefficient `z_loss`), fused or plain (`fused`).
+
+    `model` is a normlab GPT: `features` (token ids → what the head reads) and `head` (an nn.Linear without
+    bias). Calling it runs one micro-batch: through `step_forward` (`model.features` fused, `model` plain;
+    torch.compile'd when `compiled`), or eagerly with a probe's hooks on an instrumented step.
+    """
+
+    def __init__(
+        self, model: nn.Module, *, z_loss: float, fused: bool, compiled: bool, device: torch.device
+    ) -> None:
+        self.model, self.z_loss, self.fused = model, float(z_loss), fused
+        trunk = model.features if fused else model
+        # instrumented steps, whose hooks would change the graph, and evaluation run the model eagerly
+        self.step_forward: Callable[[torch.Tensor], torch.Tensor] = (
+            compile_module(trunk, device) if compiled else trunk
         )
 
+    def __call__(
+        self, x: torch.Tensor, y: torch.Tensor, probe: StepProbe | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(objective, cross-entropy) of one micro-batch of token ids `x` and targets `y`; on an
+        instrumented step `probe` measures the forward and the head."""
+        if probe is None:
+            out = self.step_forward(x)
+            if self.fused:
+                return fused_objective(out, self.model.head.weight, y, self.z_loss)[:2]
+            return objective(out, y, self.z_loss)
+        with probe.forward():
+            hidden = self.model.features(x)
+        total, ce, stats = self.head(hidden, y, stats=True)
+        probe.head(hidden, stats)
+        return total, ce
 
-def head_objective(
-    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(objective to differentiate, cross-entropy) of logits = hidden @ weightᵀ against `targets`.
+    def head(
+        self, hidden: torch.Tensor, y: torch.Tensor, *, stats: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, LogitStats | None]:
+        """(objective, cross-entropy, the logits' statistics if `stats`) of `hidden`, what the head reads."""
+        if self.fused:
+            return fused_objective(hidden, self.model.head.weight, y, self.z_loss, stats=stats)
+        logits = self.model.head(hidden)
+        total, ce = objective(logits, y, self.z_loss)
+        return total, ce, LogitStats.of(logits) if stats else None
 
-    hidden (..., d) float32, weight (vocab, d) float32 (the head's, tied or not), targets (...) int64.
-    The cross-entropy is the mean over positions, in nats; the objective adds z_loss · mean(log Z)².
-    Gradients are computed in the forward only when autograd will ask for them.
-    """
-    objective, ce, _, _ = _apply(hidden, weight, targets, z_loss)
-    return objective, ce
-
-
-@dataclass(frozen=True)
-class LogitStats:
-    """What the instrumentation reads from the logits, measured on the way (0-d float32 tensors)."""
-
-    max: torch.Tensor  # largest logit over positions and vocabulary
-    mean: torch.Tensor  # mean logit over positions and vocabulary
-    mean_log_z: torch.Tensor  # mean over positions of log Σ_v exp(logit_v)
-
-
-def head_objective_with_stats(
-    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, z_loss: float = 0.0
-) -> tuple[torch.Tensor, torch.Tensor, LogitStats]:
-    """`head_objective`, plus the logits' max, mean and mean log-normaliser for instrumented steps.
-
-    The mean needs no pass over the logits: mean_{n,v} h_n·w_v = (mean_n h_n)·(mean_v w_v).
-    """
-    objective, ce, max_logit, mean_log_z = _apply(hidden, weight, targets, z_loss)
-    with torch.no_grad():
-        d = hidden.shape[-1]
-        mean = hidden.detach().reshape(-1, d).mean(0) @ weight.detach().mean(0)
-    return objective, ce, LogitStats(max_logit, mean, mean_log_z)
-
-
-def _apply(
-    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, z_loss: float
-) -> tuple[torch.Tensor, ...]:
-    flat = hidden.reshape(-1, hidden.shape[-1])
-    grad = torch.is_grad_enabled()
-    return _HeadLoss.apply(
-        flat,
-        weight,
-        targets.reshape(-1),
-        float(z_loss),
-        grad and flat.requires_grad,
-        grad and weight.requires_grad,
-    )
+    def cross_entropy(self, hidden: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The cross-entropy against `y` of `hidden`, what the head reads (evaluation, layer ablation)."""
+        return self.head(hidden, y)[1]

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,10 @@ from normlab.metrics.grad_norms import GradNorms, clip_
 from normlab.metrics.instruments import InstrumentConfig, Instruments, StepProbe, wants_model_update
 from normlab.metrics.monitor import Monitor
 from normlab.metrics.spikes import SpikeConfig
-from normlab.train import flops, losses
+from normlab.train import flops
 from normlab.train.batches import RankBatches
-from normlab.train.callbacks import Callback
-from normlab.train.compile import compile_module
-from normlab.train.head_loss import head_objective, head_objective_with_stats
+from normlab.train.callbacks import Callback, LoopResult
+from normlab.train.head_loss import HeadLoss, fused_pays
 from normlab.train.optim import build_optimizer
 from normlab.train.rows import PendingRows
 from normlab.train.schedule import lr_at
@@ -37,19 +36,6 @@ log = logging.getLogger("normlab")
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROBE_SEED = 1234  # the model-update probe batch: fixed validation windows, apart from evaluation's
-
-
-@dataclass
-class LoopResult:
-    steps: int  # optimizer updates made
-    status: str  # completed | diverged | interrupted (`stop` asked for it at a step boundary)
-    diverged_at: int | None = None
-    reason: str | None = None  # why it diverged, one sentence
-    train_losses: list[float] = field(default_factory=list)
-    val_losses: dict[int, float] = field(default_factory=dict)
-    # an evaluation's other metrics by step (layer_ablation/layer_i with metrics.layer_ablation)
-    eval_metrics: dict[int, dict[str, float]] = field(default_factory=dict)
-    tokens_per_s: list[float] = field(default_factory=list)
 
 
 class Trainer:
@@ -82,19 +68,18 @@ class Trainer:
         self.train_tokens, self.val_tokens = train_tokens, val_tokens
         self.batches = RankBatches(train["batch_size"], train["seq_len"], dist, device)
         self.optimizer = build_optimizer(model, optim, device)
-        self.z_loss = float(optim["z_loss"])
         precision = train["precision"]
         if precision not in DTYPES:
             raise ValueError(f"train.precision={precision} is unknown; choose one of {', '.join(DTYPES)}.")
         self.amp_dtype = DTYPES[precision]
-        # On the CPU in float32 the LM head and its loss run as one chunked pass (train/head_loss.py):
-        # the full logits are never written, which is most of the head's cost there. Under autocast, or
-        # on a GPU (where that memory traffic is cheap), the plain logits → cross-entropy path is kept.
-        self.fused_head = device.type == "cpu" and self.amp_dtype is None and hasattr(model, "features")
-        trunk = model.features if self.fused_head else model
-        # Plain steps go through `self.forward` (compiled with train.compile); instrumented steps, whose
-        # hooks would change the graph, and evaluation run the model eagerly.
-        self.forward = compile_module(trunk, device) if train["compile"] else trunk
+        # the LM head and the objective, fused with each other on the CPU in float32 (train/head_loss.py)
+        self.head_loss = HeadLoss(
+            model,
+            z_loss=optim["z_loss"],
+            fused=fused_pays(device, self.amp_dtype),
+            compiled=train["compile"],
+            device=device,
+        )
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         self.data_rng = torch.Generator().manual_seed(seed)
         self.step = 0
@@ -204,7 +189,7 @@ class Trainer:
         for _ in range(accum):
             x, y = self.batch(self.train_tokens, self.data_rng)
             with self.autocast():
-                objective, loss = self.micro_batch_objective(x, y, probe)
+                objective, loss = self.head_loss(x, y, probe)
             self.scaler.scale(objective / accum).backward()
             loss_sum += loss.detach()
         for p, rows in self.cancelled_grads:
@@ -230,29 +215,6 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return torch.cat([(loss_sum / accum).view(1), clipped.view(1), norms])
 
-    def micro_batch_objective(
-        self, x: torch.Tensor, y: torch.Tensor, probe: StepProbe | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(objective, cross-entropy) of one micro-batch; on an instrumented step the probe measures the
-        forward (eagerly: its hooks would change a compiled graph) and, with the fused head, the logits'
-        statistics come out of the loss computation instead of a pass over materialised logits."""
-        if probe is None:
-            return self.objective(self.forward(x), y)
-        with probe.forward():
-            out = self.model.features(x) if self.fused_head else self.model(x)
-        if not self.fused_head:
-            return losses.objective(out, y, self.z_loss)
-        objective, loss, stats = head_objective_with_stats(out, self.model.head.weight, y, self.z_loss)
-        probe.head(out, stats)
-        return objective, loss
-
-    def objective(self, out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(objective, cross-entropy) from the output of `self.forward`: hidden states with the fused
-        head, else logits."""
-        if self.fused_head:
-            return head_objective(out, self.model.head.weight, y, self.z_loss)
-        return losses.objective(out, y, self.z_loss)
-
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Mean validation loss over eval_batches global batches, the same windows at every evaluation (under
@@ -263,16 +225,16 @@ class Trainer:
         rng = torch.Generator().manual_seed(0)
         total = torch.zeros((), device=self.device)
         skipped = torch.zeros(self.model.n_layers if self.layer_ablation else 0, device=self.device)
-        trunk = self.model.features if self.fused_head else self.model
         for _ in range(self.cfg["eval_batches"]):
             x, y = self.batch(self.val_tokens, rng)
             with self.autocast():
                 if self.layer_ablation:
-                    full, each = losses_with_each_block_skipped(self.model, x, self._loss_of(y))
+                    loss = partial(self.head_loss.cross_entropy, y=y)
+                    full, each = losses_with_each_block_skipped(self.model, x, loss)
                     total += full
                     skipped += each
                 else:
-                    total += self.objective(trunk(x), y)[1]
+                    total += self.head_loss.cross_entropy(self.model.features(x), y)
         self.model.train()
         self.dist.average_([total, skipped])
         means = (torch.cat([total.view(1), skipped]) / self.cfg["eval_batches"]).tolist()
@@ -280,12 +242,6 @@ class Trainer:
             names.VAL_LOSS: means[0],
             **dict(zip(layer_ablation_keys(len(means) - 1), means[1:], strict=True)),
         }
-
-    def _loss_of(self, y: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The cross-entropy of `y` given what the LM head reads (the head applied here unless it is fused)."""
-        if self.fused_head:
-            return lambda h: self.objective(h, y)[1]
-        return lambda h: self.objective(self.model.head(h), y)[1]
 
     def evaluates_at(self, step: int) -> bool:
         """Evaluation before step `step`: every train.eval_every steps, at step 0 only with train.eval_at_start
@@ -333,7 +289,17 @@ class Trainer:
         """The loop of `fit`; True when it paused at `stop_at`."""
         max_steps = self.cfg["max_steps"]
         ckpt_every = self.cfg["ckpt_every"]
-        rows = PendingRows(self, result, callbacks)
+        rows = PendingRows(
+            result,
+            callbacks,
+            keys=[names.LOSS, names.CLIPPED, *self.grad_norms.keys],
+            flush_every=self.cfg["flush_every"],
+            tokens_per_step=self.tokens_per_step,
+            flops_per_token=self.flops_per_token,
+            peak_flops=self.peak_flops,
+            monitor=self.monitor,
+            window_starts=self.window_starts,
+        )
         while self.step < max_steps or (max_steps == 0 and not result.train_losses):
             step = self.step
             if self.evaluates_at(step):

@@ -1,4 +1,7 @@
-"""A run's numbers for summary.json, from its metrics rows: pure functions, no files written.
+"""How a run ended, and its numbers for summary.json: pure functions, no files written.
+
+An `Ending` is the status and the one sentence a run ends with: from the training loop's result
+(`loop_ending`) or from the exception that ended it (`ending_of`: the user's to fix, a signal, or a bug).
 
 `final_train_loss` averages the last FINAL_LOSS_WINDOW steps (one batch's loss is noisy); `best_val_loss`
 is the lowest evaluation across a resume; `tokens_per_s` leaves out the first flush window, which
@@ -8,10 +11,20 @@ includes start-up, when there is more than one.
 from __future__ import annotations
 
 import math
+import os
+import signal
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from normlab.errors import UserError
 from normlab.metrics import names
+from normlab.train import memory
+from normlab.train.callbacks import LoopResult
+from normlab.train.checkpoint import LAST
+from normlab.train.run_dir import DISK_ERRNOS, disk_error
+from normlab.train.signals import Interrupted, signal_name
 
 FINAL_LOSS_WINDOW = 10
 
@@ -56,3 +69,60 @@ def after_training(
         "best_val_loss": min(vals) if vals else None,
         "tokens_per_s": mean(list(tokens_per_s[flush_every:]) or list(tokens_per_s)),
     }
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average, None where the OS has none (Windows)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended, for `Run._finish`: its status and one sentence, and what a stop or a crash adds."""
+
+    status: str
+    reason: str | None = None
+    signal: str | None = None  # interrupted: the signal's name
+    forced: bool = False  # interrupted by a repeated signal, without saving
+    traceback: str | None = None  # crashed
+
+
+def loop_ending(result: LoopResult, stopped_by: str | None) -> Ending:
+    """The ending of a run the training loop ended: completed, diverged (and why), or stopped at a step
+    boundary by the signal named `stopped_by` (checkpoints/last.pt then holds that step)."""
+    if result.status != "interrupted":
+        return Ending(result.status, result.reason)
+    reason = (
+        f"stopped by {stopped_by or 'a signal'} at step {result.steps}; checkpoints/{LAST} holds that step."
+    )
+    return Ending("interrupted", reason, signal=stopped_by)
+
+
+def ending_of(e: BaseException, steps: int) -> Ending:
+    """The ending an exception means: the user's to fix (invalid, failed), a signal, or a bug (crashed);
+    `steps` is how many the model holds (a forced stop's sentence says it)."""
+    if isinstance(e, UserError):  # InvalidConfig included: its status is invalid
+        return Ending(e.status, str(e))
+    if isinstance(e, OSError):
+        if e.errno in DISK_ERRNOS:
+            return Ending("failed", str(disk_error(e)))
+    elif isinstance(e, Exception):
+        if memory.out_of_memory(e):
+            return Ending("failed", str(memory.out_of_memory_error(e)))
+    elif isinstance(e, Interrupted | KeyboardInterrupt):
+        return stop_ending(e, steps)
+    return Ending("crashed", f"{type(e).__name__}: {e}", traceback="".join(traceback.format_exception(e)))
+
+
+def stop_ending(e: Interrupted | KeyboardInterrupt, steps: int) -> Ending:
+    """A stop that came before the loop (nothing new to save) or a forced one (saving was skipped)."""
+    name = signal_name(e.signum if isinstance(e, Interrupted) else signal.SIGINT)
+    forced = isinstance(e, Interrupted) and e.forced
+    if forced:
+        reason = f"stopped by a repeated {name} at step {steps} without saving a checkpoint."
+    else:
+        reason = f"stopped by {name} before training started."
+    return Ending("interrupted", reason, signal=name, forced=forced)

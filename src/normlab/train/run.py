@@ -1,16 +1,20 @@
-"""One run, start to end: check the config, build everything, train, and always leave a summary.json.
+"""One run, start to end: start → build → train, and `finish` writes summary.json however it ends.
 
 The order matters for "nothing lost":
 
-1. the run directory: created, locked (one run at a time), stale temporary files of a killed writer removed;
-   with train.resume=auto, what the directory holds decides whether to skip, resume or start (train.resume);
-2. the config checked against the schemas, and the checkpoint to resume found and matched to the model —
-   a bad value is `invalid`, a missing or damaged checkpoint `failed`, both before anything is built;
-3. the memory it needs against what is free (train.memory: a run that cannot fit is `invalid` in
-   milliseconds), then device, data (its cache is built atomically), model; only then W&B, so a run that
-   fails before training opens no W&B run;
-4. the loop, with signals deferred to step boundaries (train.signals); at the end — completed, diverged or
-   interrupted — pending metrics are flushed, checkpoints/last.pt and summary.json are written atomically.
+1. the run directory (normlab.train.run_dir): created, locked (one run at a time), stale temporary files of a
+   killed writer removed;
+2. start: the config checked against the schemas; with train.resume=auto, what the directory holds decides
+   whether to skip, resume or start; the checkpoint to resume found and matched to the model — a bad value
+   is `invalid`, a missing or damaged checkpoint `failed`, both before anything is built; then summary.json
+   says `running`;
+3. build: the memory it needs against what is free (train.memory: a run that cannot fit is `invalid` in
+   milliseconds), then device, model, data (its cache is built atomically); only then W&B, so a run that
+   fails before training opens no W&B run, and the trainer;
+4. train: the loop, with signals deferred to step boundaries (train.signals); at its end — completed,
+   diverged or interrupted — pending metrics are flushed, checkpoints/last.pt written, then summary.json;
+5. finish (`_finish`): the one place summary.json's final fields are put together, for the loop's ending as for an
+   ending by an exception (`Ending`), all written atomically.
 
 `execute` returns the summary for every ending but a crash (a bug: the summary records the traceback and
 the exception is raised again) and a run directory it cannot use (UserError: nothing can be written there).
@@ -20,12 +24,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,76 +36,35 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from normlab.config import checked
-from normlab.data import TokenCorpus, load_corpus
-from normlab.data.corpus import CorpusTooShort
+from normlab.data import TokenCorpus
 from normlab.data.unigram import baseline_unigram_loss, did_learn
 from normlab.distributed import SINGLE, Dist
-from normlab.errors import InvalidConfig, UserError
 from normlab.io import write_text_atomic
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
-from normlab.model import block_formula
 from normlab.train import checkpoint, flops, memory, outcome, step_time
-from normlab.train import resume as resume_plan
-from normlab.train.callbacks import Callback, Checkpoints, ProgressBar
+from normlab.train.build import describe, device_label, pick_device, run_corpus
+from normlab.train.callbacks import Callback, Checkpoints, LoopResult, ProgressBar
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
-from normlab.train.loop import LoopResult, Trainer
-from normlab.train.resume import AUTO
-from normlab.train.run_dir import DISK_ERRNOS, LOCK_FILE, METRICS_FILE, RunDirectory, disk_error
+from normlab.train.loop import Trainer
+from normlab.train.outcome import Ending
+from normlab.train.run_dir import AUTO, METRICS_FILE, SAMPLE_FILE, SKIP, START, RunDirectory
+from normlab.train.run_dir import plan as resume_plan
 from normlab.train.sample import generate
-from normlab.train.signals import Interrupted, StopRequest, exit_code, signal_name
+from normlab.train.signals import StopRequest, exit_code
 from normlab.train.summary import SUMMARY_FILE, RunSummary
 
 log = logging.getLogger("normlab")
 
-SAMPLE_FILE = "sample.txt"
-SKIP = "skip"  # _plan_auto's answer for a run that has nothing left to do
-
 # Builds the command that continues a run: (run dir, train.resume value or None for a fresh start) → str.
 ResumeCommand = Callable[[Path, "str | None"], str]
 
-__all__ = ["LOCK_FILE", "METRICS_FILE", "SAMPLE_FILE", "SUMMARY_FILE", "Run", "pick_device"]
+__all__ = ["Run"]
 
 
 def default_resume_command(run_dir: Path, resume: str | None) -> str:
     return f"python train.py ... train.resume={resume}" if resume else "python train.py ..."
-
-
-def device_label(device: torch.device) -> str:
-    """'cpu (2 cores, 1 torch thread)' or the CUDA device's name: what a run's tokens/s was measured on."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = torch.get_num_threads()
-    return f"{device.type} ({cores} cores, {threads} torch thread{'s' if threads != 1 else ''})"
-
-
-def load_average() -> float | None:
-    """The machine's 1-minute load average, None where the OS has none (Windows)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-def pick_device(requested: str) -> torch.device:
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise UserError(
-            "train.device=cuda was asked for but no CUDA device is visible; use train.device=cpu or auto."
-        )
-    return torch.device(requested)
-
-
-def cancelled_names(model: torch.nn.Module) -> str:
-    """The parameters the norm cancels (GPT.norm_cancelled_parameters), one name for all blocks: "" if none."""
-    names: dict[str, None] = {}
-    for name, _, rows in model.norm_cancelled_parameters():
-        name = re.sub(r"^blocks\.\d+\.", "blocks.*.", name)
-        names[name if rows == slice(None) else f"{name}[{rows.start}:{rows.stop}]"] = None
-    return ", ".join(names)
 
 
 class Run:
@@ -145,22 +105,6 @@ class Run:
         self.restart = False  # train.resume=auto starting a run again: drop the rows there first
         self.directory = RunDirectory(self.run_dir, (CHECKPOINT_DIR, SPIKES_DIR))
 
-    # ------------------------------------------------------------------------------------------------
-    # the summary
-    # ------------------------------------------------------------------------------------------------
-
-    def write_summary(self, **fields: Any) -> RunSummary:
-        self.summary.update(
-            **fields, started_at=round(self.started, 3), wall_time_s=round(time.time() - self.started, 3)
-        )
-        if self.dist.is_main:
-            self.summary.write(self.run_dir)
-        return self.summary
-
-    # ------------------------------------------------------------------------------------------------
-    # the lifecycle
-    # ------------------------------------------------------------------------------------------------
-
     def execute(self) -> dict[str, Any]:
         """Run to the end; returns summary.json's contents (`self.summary` holds the RunSummary)."""
         self.started = time.time()
@@ -173,58 +117,72 @@ class Run:
             self.directory.release()
         return self.summary.to_dict()
 
+    def exit_code(self) -> int:
+        """The process exit code this run's ending asks for: 128 + signal number when interrupted, else 0
+        (the CLI adds its own for failed and crashed runs)."""
+        if self.summary.status == "interrupted" and self.summary.signal:
+            return exit_code(int(signal.Signals[self.summary.signal]))
+        return 0
+
     def _lifecycle(self) -> None:
         try:
-            self._echo_config()
-            self.cfg = checked(self.cfg_node)
-            self._echo_config()
-            resume = self.cfg["train"]["resume"]
-            if resume == AUTO:
-                resume = self._plan_auto()
-                if resume == SKIP:
-                    return
-            if resume:
-                self.ckpt = checkpoint.find_checkpoint(resume)
-                checkpoint.check_compatible(self.ckpt, self.cfg["model"])
-                self.summary.update(resumed_from=f"{self.ckpt.path} (step {self.ckpt.step})")
-            self.write_summary(status="running")
-            self._run()
-        except UserError as e:  # InvalidConfig included: its status is invalid
-            if e.status == "invalid":
-                log.warning("invalid config, skipped: %s", e)
-            self._end(e.status, reason=str(e))
-        except OSError as e:
-            if e.errno not in DISK_ERRNOS:
-                self._crash(e)
-                raise
-            self._end("failed", reason=str(disk_error(e)))
-        except Exception as e:
-            if not memory.out_of_memory(e):  # a bug
-                self._crash(e)
-                raise
-            self._end("failed", reason=str(memory.out_of_memory_error(e)))
-        except (Interrupted, KeyboardInterrupt) as e:
-            signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
-            forced = isinstance(e, Interrupted) and e.forced
-            self._interrupted(signum, forced=forced)
+            if self._start():
+                self._train(*self._build())
         except BaseException as e:
-            self._crash(e)
-            raise
+            if not self._ended_by(e):
+                raise
         finally:
             if self.wandb is not None:  # however the run ended, so a multirun logs each job as its own run
                 self.wandb.finish(self.summary.to_dict())
 
-    def _plan_auto(self) -> str | None:
-        """train.resume=auto: SKIP (the summary there stays as it is), the checkpoint to resume, or None to
-        start — again, if the directory holds rows of a run that saved no checkpoint (they are dropped)."""
-        # check_lock=False: the lock is ours, so a `running` summary is a dead process's
-        plan = resume_plan.plan(self.run_dir, self.cfg["train"]["max_steps"], check_lock=False)
-        log.info("train.resume=auto: %s: %s", self.run_dir, plan.sentence)
-        if plan.action == resume_plan.SKIP:
-            self.summary = RunSummary.read(self.run_dir)
-            return SKIP
-        self.restart = plan.action == resume_plan.START
-        return str(plan.checkpoint) if plan.checkpoint is not None else None
+    def _ended_by(self, e: BaseException) -> bool:
+        """Write the summary of the ending `e` means; False for a bug (recorded as crashed), to raise again."""
+        ending = outcome.ending_of(e, self._steps())
+        if ending.status == "crashed":
+            if self.summary.status == "running":
+                self._finish(ending)
+            return False
+        if ending.status == "invalid":
+            log.warning("invalid config, skipped: %s", ending.reason)
+        try:
+            self._finish(ending)
+        except OSError as err:  # e.g. the disk is full: the sentence still reaches the console
+            log.error(
+                "could not write %s (%s); the run ended as %s: %s",
+                SUMMARY_FILE,
+                err.strerror,
+                ending.status,
+                ending.reason,
+            )
+        return True
+
+    # ------------------------------------------------------------------------------------------------
+    # start: the config, what to resume, `running`
+    # ------------------------------------------------------------------------------------------------
+
+    def _start(self) -> bool:
+        """Check the config and find the checkpoint to resume, then say `running`; False when
+        train.resume=auto finds the run finished (its summary.json stays as it is)."""
+        self._echo_config()
+        self.cfg = checked(self.cfg_node)
+        self._echo_config()
+        resume = self.cfg["train"]["resume"]
+        if resume == AUTO:
+            # check_lock=False: the lock is ours, so a `running` summary is a dead process's
+            plan = resume_plan(self.run_dir, self.cfg["train"]["max_steps"], check_lock=False)
+            log.info("train.resume=auto: %s: %s", self.run_dir, plan.sentence)
+            if plan.action == SKIP:
+                self.summary = RunSummary.read(self.run_dir)
+                return False
+            # starting again drops the rows of a run that saved no checkpoint
+            self.restart = plan.action == START
+            resume = str(plan.checkpoint) if plan.checkpoint is not None else None
+        if resume:
+            self.ckpt = checkpoint.find_checkpoint(resume)
+            checkpoint.check_compatible(self.ckpt, self.cfg["model"])
+            self.summary.update(resumed_from=f"{self.ckpt.path} (step {self.ckpt.step})")
+        self.write_summary(status="running")
+        return True
 
     def _echo_config(self) -> None:
         """Copy the config's identity (norm, placement, depth, ...) into the summary, as far as it resolves."""
@@ -253,73 +211,11 @@ class Run:
             name=cfg.get("name"),
         )
 
-    def _end(self, status: str, reason: str, **fields: Any) -> None:
-        """Write the summary of a run that ends early (invalid, failed, interrupted before or without saving)."""
-        try:
-            if self.trainer is not None and "steps" not in fields:  # it trained: its true numbers
-                fields = {
-                    "steps": self.trainer.step,
-                    **self._fields_from_metrics(self.trainer.step),
-                    **fields,
-                }
-            command = self._continue_command() if status in ("failed", "interrupted") else None
-            self.write_summary(status=status, reason=reason, resume_command=command, **fields)
-        except OSError as e:  # e.g. the disk is full: the sentence still reaches the console
-            log.error(
-                "could not write %s (%s); the run ended as %s: %s", SUMMARY_FILE, e.strerror, status, reason
-            )
-
-    def _continue_command(self) -> str | None:
-        """How to continue: from this run's own checkpoint if there is one, else from the one it resumed."""
-        if checkpoint.candidates(self.run_dir / CHECKPOINT_DIR):
-            return self.resume_command(self.run_dir, str(self.run_dir))
-        if self.ckpt is not None:
-            return self.resume_command(self.run_dir, str(self.cfg["train"]["resume"]))
-        return None
-
-    def _crash(self, e: BaseException) -> None:
-        if self.summary.status in ("running",):
-            self.write_summary(
-                status="crashed",
-                reason=f"{type(e).__name__}: {e}",
-                traceback="".join(traceback.format_exception(e)),
-            )
-
-    def _interrupted(self, signum: int, forced: bool = False) -> None:
-        """A stop that came before the loop (nothing new to save) or a forced one (saving was skipped)."""
-        name = signal_name(signum)
-        steps = self.trainer.step if self.trainer is not None else (self.ckpt.step if self.ckpt else 0)
-        if forced:
-            reason = f"stopped by a repeated {name} at step {steps} without saving a checkpoint"
-        else:
-            reason = f"stopped by {name} before training started"
-        fields = {}
-        if self.ckpt is not None and not forced:  # what the rows of the run being resumed say
-            fields = self._fields_from_metrics(before=steps)
-        self._end("interrupted", reason=reason + ".", signal=name, steps=steps, **fields)
-
-    def _fields_from_metrics(self, before: int) -> dict[str, Any]:
-        path = self.run_dir / METRICS_FILE
-        if not path.is_file():
-            return {}
-        try:
-            lines, _ = read_rows(path)
-        except OSError:
-            return {}
-        return outcome.from_rows([json.loads(line) for line in lines], before)
-
-    def exit_code(self) -> int:
-        """The process exit code this run's ending asks for: 128 + signal number when interrupted, else 0
-        (the CLI adds its own for failed and crashed runs)."""
-        if self.summary.status == "interrupted" and self.summary.signal:
-            return exit_code(int(signal.Signals[self.summary.signal]))
-        return 0
-
     # ------------------------------------------------------------------------------------------------
-    # building and training
+    # build: device, model, data, W&B, trainer
     # ------------------------------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _build(self) -> tuple[Trainer, TokenCorpus]:
         cfg, tcfg = self.cfg, self.cfg["train"]
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
@@ -334,45 +230,19 @@ class Run:
         if self.step_time and device.type == "cpu" and self.dist.world_size == 1:
             for line in step_time.cpu_lines(model, cfg):
                 log.info(line)
-        corpus = self._load_corpus()
-        if corpus.vocab_size > cfg["model"]["vocab_size"]:
-            raise InvalidConfig(
-                f"model.vocab_size={cfg['model']['vocab_size']} is smaller than the tokenizer's "
-                f"{corpus.vocab_size} tokens; set model.vocab_size to at least {corpus.vocab_size}.",
-                "model.vocab_size",
-            )
+        corpus = run_corpus(cfg, self._progress_enabled())
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
-        n_layers = model.n_layers
-        formula = block_formula(cfg["norm"], cfg["placement"], n_layers, cfg["model"]["qk_norm"])
-        z_loss = cfg["optim"]["z_loss"]
-        log.info(
-            "block: %s  (×%d blocks, %s parameters)%s",
-            formula,
-            n_layers,
-            f"{model.n_params():,}",
-            f"; objective: CE + {z_loss:g}·mean(log² Z)" if z_loss else "",
-        )
-        held = cancelled_names(model)
-        if held:
-            log.info(
-                "norm=%s subtracts all these add, so they keep their initial values "
-                "(GPT.norm_cancelled_parameters): %s",
-                cfg["norm"]["name"],
-                held,
-            )
         self.summary.update(
+            formula=describe(model, cfg),
             n_params=model.n_params(),
-            formula=formula,
             world_size=self.dist.world_size,
             global_batch_size=tcfg["batch_size"] * tcfg["grad_accum"] * self.dist.world_size,
         )
-
         if self.ckpt is not None:  # before W&B: a checkpoint that does not fit is the config's fault
             checkpoint.load_model_state(model, self.ckpt)
-        if (
-            cfg["logger"]["name"] == "wandb" and self.dist.is_main
-        ):  # only now: a run that fails before training opens no W&B run
-            self.wandb = WandbSink.open(cfg, self.run_dir, self.group or self._default_group())
+        if cfg["logger"]["name"] == "wandb" and self.dist.is_main:
+            # only now: a run that fails before training opens no W&B run
+            self.wandb = WandbSink.open(cfg, self.run_dir, self.group or str(cfg["experiment_name"]))
         trainer = Trainer.from_config(
             cfg,
             model,
@@ -383,43 +253,43 @@ class Run:
             histograms=self.wandb is not None,  # W&B alone shows them: not computed for nobody
             dist=self.dist,
         )
-        resume_step = None
         if self.ckpt is not None:
             trainer.load_state_dict(self.ckpt.state)
-            resume_step = trainer.step
             log.info("resumed from %s at step %d", self.ckpt.path, trainer.step)
             self.ckpt.state = {}  # the tensors now live in the model and the optimizer
         self.trainer = trainer
         self.summary.update(steps=trainer.step)
+        return trainer, corpus
+
+    # ------------------------------------------------------------------------------------------------
+    # train: the loop, last.pt, summary.json, the sample
+    # ------------------------------------------------------------------------------------------------
+
+    def _train(self, trainer: Trainer, corpus: TokenCorpus) -> None:
+        tcfg = self.cfg["train"]
         with self.stop.deferred():  # from here a signal stops at the next step boundary
-            result, previous = self._fit(trainer, resume_step)
-            self._finish(trainer, result, previous)
+            result, previous = self._fit(trainer)
+            if self.dist.is_main:  # checkpoints/last.pt, then the summary: both before anything else can fail
+                self._checkpoints(trainer).save(LAST)
+            self._finish(outcome.loop_ending(result, self.stop.signal_name), loop=(trainer, result, previous))
+            self._report(trainer, result)
             sample = self.dist.is_main and tcfg["sample_tokens"] > 0
             if result.status == "completed" and result.steps > 0 and sample:
                 text = generate(
-                    model, corpus, tcfg["sample_prompt"], tcfg["sample_tokens"], device, seed=cfg["seed"]
+                    trainer.model,
+                    corpus,
+                    tcfg["sample_prompt"],
+                    tcfg["sample_tokens"],
+                    trainer.device,
+                    seed=self.cfg["seed"],
                 )
                 write_text_atomic(self.run_dir / SAMPLE_FILE, text + "\n")
                 log.info("sample: %s", text)
 
-    def _load_corpus(self) -> TokenCorpus:
-        data, seq_len = self.cfg["data"], self.cfg["train"]["seq_len"]
-        try:
-            return load_corpus(data, progress=self._progress_enabled(), min_tokens=seq_len + 1)
-        except CorpusTooShort as e:
-            where = f" (data.path={data['path']})" if data.get("path") else ""
-            raise InvalidConfig(
-                f"The {e.split} split of data={data['name']}{where} has {e.n_tokens} tokens, fewer than one "
-                f"window of train.seq_len={seq_len} and its next-token target; lower train.seq_len or use a "
-                "longer corpus (data.path).",
-                "train.seq_len",
-            ) from None
-
-    def _default_group(self) -> str:
-        return str(self.cfg["experiment_name"])
-
-    def _fit(self, trainer: Trainer, resume_step: int | None) -> tuple[LoopResult, list[dict[str, Any]]]:
+    def _fit(self, trainer: Trainer) -> tuple[LoopResult, list[dict[str, Any]]]:
+        """Train; returns the loop's result and the rows metrics.jsonl kept from before a resume."""
         tcfg = self.cfg["train"]
+        resume_step = trainer.step if self.ckpt is not None else None
         # logged where signals already wait for a step boundary (tests wait for this line)
         log.info("training from step %d to %d in %s", trainer.step, tcfg["max_steps"], self.run_dir)
         sink: JsonlSink | None = None
@@ -442,43 +312,8 @@ class Run:
     def _checkpoints(self, trainer: Trainer) -> Checkpoints:
         return Checkpoints(self.run_dir / CHECKPOINT_DIR, trainer.state_dict, self.cfg["model"])
 
-    def _checkpoint(self, trainer: Trainer) -> None:
-        """checkpoints/last.pt, written by rank 0 alone."""
-        if self.dist.is_main:
-            self._checkpoints(trainer).save(LAST)
-
-    def _finish(self, trainer: Trainer, result: LoopResult, previous: list[dict[str, Any]]) -> None:
-        """Checkpoint, then the summary: both atomic, both before anything else can go wrong."""
-        self._checkpoint(trainer)
-        numbers = outcome.after_training(
-            previous,
-            result.train_losses,
-            result.val_losses.values(),
-            result.tokens_per_s,
-            self.cfg["train"]["flush_every"],
-        )
-        fields: dict[str, Any] = dict(
-            status=result.status,
-            steps=result.steps,
-            diverged_at=result.diverged_at,
-            final_val_loss=result.val_losses.get(result.steps) if result.status == "completed" else None,
-            learned=did_learn(numbers["best_val_loss"], self.summary.baseline_unigram_loss),
-            **numbers,
-            **trainer.monitor.summary(),
-        )
-        fields["mfu"] = flops.mfu(fields["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops)
-        fields["load_avg"] = load_average()
-        if result.status == "interrupted":
-            name = self.stop.signal_name or "a signal"
-            fields.update(
-                signal=self.stop.signal_name,
-                reason=f"stopped by {name} at step {result.steps}; checkpoints/{LAST} holds that step.",
-                resume_command=self.resume_command(self.run_dir, str(self.run_dir)),
-            )
-        elif result.reason:
-            fields["reason"] = result.reason
-        self.write_summary(**fields)
-        monitor = trainer.monitor
+    def _report(self, trainer: Trainer, result: LoopResult) -> None:
+        """What the console hears at the end: learned or not, spikes, divergence."""
         if self.summary.learned is not None:
             log.info(
                 "best val loss %.3f vs the corpus's unigram baseline %.3f: %s",
@@ -486,10 +321,10 @@ class Run:
                 self.summary.baseline_unigram_loss,
                 "learned" if self.summary.learned else "did NOT learn (not clearly below the unigram loss)",
             )
-        if monitor.spike_steps:
+        if trainer.monitor.spike_steps:
             log.info(
                 "%d steps with a loss or grad-norm spike; reports in %s/spikes",
-                len(monitor.spike_steps),
+                len(trainer.monitor.spike_steps),
                 self.run_dir,
             )
         if result.status == "diverged":
@@ -500,3 +335,94 @@ class Run:
         if setting == "auto":
             return sys.stderr.isatty()
         return bool(setting)
+
+    # ------------------------------------------------------------------------------------------------
+    # finish: summary.json, the one place its final fields are put together
+    # ------------------------------------------------------------------------------------------------
+
+    def write_summary(self, **fields: Any) -> RunSummary:
+        self.summary.update(
+            **fields, started_at=round(self.started, 3), wall_time_s=round(time.time() - self.started, 3)
+        )
+        if self.dist.is_main:
+            self.summary.write(self.run_dir)
+        return self.summary
+
+    def _finish(
+        self, ending: Ending, loop: tuple[Trainer, LoopResult, list[dict[str, Any]]] | None = None
+    ) -> RunSummary:
+        """Write summary.json for `ending`. Its numbers come from the loop where the loop ended the run
+        (`loop`: the trainer, its result and the rows kept from before a resume), else from the rows
+        metrics.jsonl holds; a crash adds its traceback."""
+        fields: dict[str, Any] = {"status": ending.status, "reason": ending.reason}
+        if loop is not None:
+            fields.update(self._loop_fields(*loop))
+        elif ending.status == "crashed":
+            fields["traceback"] = ending.traceback
+        else:
+            fields.update(self._row_fields(ending))
+        if ending.status == "interrupted":
+            fields["signal"] = ending.signal
+        if ending.status in ("failed", "interrupted"):
+            fields["resume_command"] = self._continue_command(trained=loop is not None)
+        elif loop is None and ending.status != "crashed":
+            fields["resume_command"] = None
+        return self.write_summary(**fields)
+
+    def _loop_fields(
+        self, trainer: Trainer, result: LoopResult, previous: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        numbers = outcome.after_training(
+            previous,
+            result.train_losses,
+            result.val_losses.values(),
+            result.tokens_per_s,
+            self.cfg["train"]["flush_every"],
+        )
+        return dict(
+            steps=result.steps,
+            diverged_at=result.diverged_at,
+            final_val_loss=result.val_losses.get(result.steps) if result.status == "completed" else None,
+            learned=did_learn(numbers["best_val_loss"], self.summary.baseline_unigram_loss),
+            **numbers,
+            **trainer.monitor.summary(),
+            mfu=flops.mfu(numbers["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops),
+            load_avg=outcome.load_average(),
+        )
+
+    def _row_fields(self, ending: Ending) -> dict[str, Any]:
+        """The steps, and the numbers of the rows before them, of a run an exception ended: a stop before or
+        without saving counts the steps the checkpoint holds; any other ending after the trainer was built
+        counts its steps."""
+        if ending.status == "interrupted":
+            steps = self._steps()
+            counted = self.ckpt is not None and not ending.forced  # what the rows of the run resumed say
+            return {"steps": steps, **(self._fields_from_metrics(steps) if counted else {})}
+        if self.trainer is None:
+            return {}
+        return {"steps": self.trainer.step, **self._fields_from_metrics(self.trainer.step)}
+
+    def _steps(self) -> int:
+        """The steps the model holds now: the trainer's, else the checkpoint's it will resume from, else 0."""
+        if self.trainer is not None:
+            return self.trainer.step
+        return self.ckpt.step if self.ckpt is not None else 0
+
+    def _fields_from_metrics(self, before: int) -> dict[str, Any]:
+        path = self.run_dir / METRICS_FILE
+        if not path.is_file():
+            return {}
+        try:
+            lines, _ = read_rows(path)
+        except OSError:
+            return {}
+        return outcome.from_rows([json.loads(line) for line in lines], before)
+
+    def _continue_command(self, trained: bool) -> str | None:
+        """How to continue: from this run's own checkpoint if there is one (always, after the loop saved
+        last.pt), else from the one it resumed."""
+        if trained or checkpoint.candidates(self.run_dir / CHECKPOINT_DIR):
+            return self.resume_command(self.run_dir, str(self.run_dir))
+        if self.ckpt is not None:
+            return self.resume_command(self.run_dir, str(self.cfg["train"]["resume"]))
+        return None

@@ -1,35 +1,65 @@
-"""A run's directory: made writable, held by one run at a time, swept of a killed writer's temporary files.
+"""A run's directory, owned here: its files, the lock that lets one run in at a time, what it holds, and what
+a new run or `train.resume=auto` may do with it.
+
+Before Hydra writes anything there, `run_problem` (a run) and `sweep_problem` (a sweep) refuse a directory that
+is a file, that a live run holds, or that holds an earlier run's results (normlab.cli.RunDirGuard says the
+sentence). A run then `RunDirectory.acquire`s it: created, checked writable, locked, and swept of a killed
+writer's temporary files.
 
 The lock is an OS file lock (flock) on `.run.lock`: the kernel releases it when its process ends however it
 ends (SIGKILL, out of memory, power loss), so a `running` summary.json beside a free lock means that run
 died without saving — `in_use` tells the two apart.
+
+`train.resume=auto` reads the directory's state from its summary.json, its lock and its checkpoints (`plan`):
+
+| state | next |
+|---|---|
+| nothing there yet (or only Hydra's `.hydra/`) | start |
+| `completed` / `diverged` with at least `train.max_steps` steps | skip: nothing to do |
+| `completed` with fewer steps than `train.max_steps` | resume from its newest checkpoint, train on |
+| `interrupted` (a signal) | resume from `last.pt`; start if it stopped before saving one |
+| `running` with a free lock: its process died without saving (SIGKILL, out of memory, power loss) | resume from its newest checkpoint, or start again from step 0 if it saved none |
+| `failed`, `crashed`, `invalid` | the same: resume from its newest checkpoint, else start again |
+| `running` with its lock held by a live process | busy: refused |
+
+The sweep launchers (normlab.sweeps) ask this for every job before launching any, to skip finished jobs and
+to say what happens to each; the run itself asks again under its own lock and acts on the answer. Starting
+again in a directory that holds rows drops them first, so metrics.jsonl never has a step twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from normlab.commands import hydra_value
 from normlab.errors import UserError
 from normlab.io import remove_stale_temps
+from normlab.train.summary import SUMMARY_FILE
 
 log = logging.getLogger("normlab")
 
 LOCK_FILE = ".run.lock"
 METRICS_FILE = "metrics.jsonl"
+SAMPLE_FILE = "sample.txt"
 # OSErrors that mean "the disk", not a bug: full, over quota, read-only, gone
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
 
+AUTO = "auto"  # train.resume=auto
+START, SKIP, RESUME, BUSY = "start", "skip", "resume", "busy"
+FINISHED = ("completed", "diverged")
 
-def disk_error(exc: OSError) -> UserError:
-    where = f" {exc.filename}" if exc.filename else ""
-    return UserError(
-        f"Could not write{where} ({exc.strerror or exc}); free some space or point hydra.run.dir at a disk with "
-        "room and write access — everything written before is intact."
-    )
+
+# ----------------------------------------------------------------------------------------------------
+# What the directory holds
+# ----------------------------------------------------------------------------------------------------
 
 
 def in_use(directory: Path) -> bool:
@@ -57,6 +87,152 @@ def holds_results(directory: Path) -> bool:
     return (directory / METRICS_FILE).exists() or (checkpoints.is_dir() and any(checkpoints.glob("*.pt")))
 
 
+def read_status(directory: Path) -> tuple[str | None, int]:
+    """(summary.json's status, its steps), or (None, 0) where there is no readable summary."""
+    try:
+        summary = json.loads((directory / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None, 0
+    if not isinstance(summary, dict):
+        return None, 0
+    try:
+        steps = int(summary.get("steps") or 0)
+    except (TypeError, ValueError):
+        steps = 0
+    return summary.get("status"), steps
+
+
+# ----------------------------------------------------------------------------------------------------
+# The sentences: each written once
+# ----------------------------------------------------------------------------------------------------
+
+
+def _busy(directory: Path) -> str:
+    return (
+        f"Another run is using {directory} right now (it holds {LOCK_FILE}); wait for it to end, or point "
+        "hydra.run.dir somewhere else."
+    )
+
+
+def disk_error(exc: OSError) -> UserError:
+    where = f" {exc.filename}" if exc.filename else ""
+    return UserError(
+        f"Could not write{where} ({exc.strerror or exc}); free some space or point hydra.run.dir at a disk with "
+        "room and write access — everything written before is intact."
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Before Hydra writes anything: may a new run (or sweep) use the directory?
+# ----------------------------------------------------------------------------------------------------
+
+
+def run_problem(directory: Path, resume: str | None) -> str | None:
+    """Why `directory` cannot take a new run with this `train.resume`, or None: a file in the way, a live run
+    there, or an earlier run's results (kept unless the run continues them)."""
+    for parent in (directory, *directory.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                return (
+                    f"Cannot create the run directory {directory}: {parent} is a file; point hydra.run.dir (or "
+                    "hydra.sweep.dir) somewhere else."
+                )
+            break
+    if not directory.is_dir():
+        return None
+    if in_use(directory):
+        return _busy(directory)
+    if not holds_results(directory) or resume == AUTO:
+        return None  # nothing there worth keeping (e.g. the summary of an invalid run), or continuing it
+    if resume:
+        with contextlib.suppress(OSError):
+            target = Path(resume).expanduser().resolve()
+            if target == directory.resolve() or directory.resolve() in target.parents:
+                return None  # continuing the run that is there
+    status, _ = read_status(directory)
+    was = f" (status: {status})" if status is not None else ""
+    return (
+        f"{directory} already holds a run{was}; continue it with train.resume=auto "
+        f"hydra.run.dir={hydra_value(str(directory))} (from its newest checkpoint, or from step 0 if it saved "
+        "none), or choose a new hydra.run.dir so nothing there is overwritten."
+    )
+
+
+def sweep_problem(directory: Path, resume: str | None, continue_command: Callable[[], str]) -> str | None:
+    """Why the sweep directory cannot take this sweep, or None; one that holds an earlier sweep's runs is
+    continued only with train.resume=auto (normlab.sweeps: finished jobs skipped, the others resumed), the
+    command `continue_command()` says."""
+    found = run_problem(directory, None)
+    if found is not None or not directory.is_dir():
+        return found
+    jobs = [p for p in directory.iterdir() if p.is_dir() and holds_results(p)]
+    if jobs and resume != AUTO:
+        return (
+            f"{directory} already holds a sweep ({len(jobs)} runs); continue it with {continue_command()} "
+            "(finished jobs are skipped, the others resumed or started), or choose a new hydra.sweep.dir so "
+            "nothing there is overwritten."
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# train.resume=auto: what to do with what the directory holds
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do with one run directory: `action` is start, skip, resume or busy; `checkpoint` and `step`
+    are set for resume; `sentence` says why, for the console."""
+
+    action: str
+    sentence: str
+    checkpoint: Path | None = None
+    step: int | None = None
+    status: str | None = None  # the summary's status before this run, None if there was none
+
+
+def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> Plan:
+    """What `train.resume=auto` does with `directory`. `check_lock=False` when the caller holds its lock."""
+    from normlab.train.checkpoint import CHECKPOINT_DIR, newest  # here: a sweep's parent needs torch only now
+
+    status, steps = read_status(directory)
+    if check_lock and directory.is_dir() and in_use(directory):
+        return Plan(
+            BUSY,
+            f"another process is running it right now (it holds {directory / LOCK_FILE})",
+            status=status,
+        )
+    if status is None and not holds_results(directory):
+        return Plan(START, "not started yet: starting it", status=None)
+    found = newest(directory / CHECKPOINT_DIR)
+    if status in FINISHED and (status == "diverged" or max_steps is None or steps >= max_steps):
+        return Plan(SKIP, f"{status} ({steps} steps): skipped", status=status)
+    if status in FINISHED:
+        why = f"completed {steps} of now {max_steps} steps"
+    elif status == "interrupted":
+        why = f"interrupted at step {steps}"
+    elif status in (None, "running"):
+        why = "left running by a process that ended without saving (SIGKILL, out of memory, power loss)"
+    else:
+        why = f"ended as {status}"
+    if found is None:
+        return Plan(START, f"{why}; no checkpoint was saved, so it starts again from step 0", status=status)
+    path, step = found
+    return Plan(
+        RESUME,
+        f"{why}; resuming from {CHECKPOINT_DIR}/{path.name} (step {step})",
+        checkpoint=path,
+        step=step,
+        status=status,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# The run's hold on it
+# ----------------------------------------------------------------------------------------------------
+
+
 class RunDirectory:
     """`acquire` checks that `path` is writable, takes its lock (one run at a time) and removes stale
     temporary files in it and in `subdirs`; `release` lets the next run in."""
@@ -80,10 +256,7 @@ class RunDirectory:
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise UserError(
-                f"Another run is using {self.path} right now (it holds {LOCK_FILE}); wait for it to end, or "
-                "point hydra.run.dir somewhere else."
-            ) from None
+            raise UserError(_busy(self.path)) from None
         self._lock = lock
         for d in (self.path, *(self.path / s for s in self.subdirs)):
             for p in remove_stale_temps(d):

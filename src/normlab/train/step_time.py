@@ -8,7 +8,7 @@ each, after one untimed pass), with the run's thread count and whatever else loa
 difference of the two passes gives the time per sequence, the rest is the per-call overhead (Python,
 dispatch) that dominates tiny models; the log reports the time per sequence as a FLOP rate
 (`flops.flops_per_token`, 6·N + 12·L·T·d, over it). Gradient clipping and, every `metrics.every` steps,
-the instruments are left out; the README ("Usage") compares the estimate with measured step times.
+the instruments are left out; docs/usage.md compares the estimate with measured step times.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def _field(default: Any = None, *, kind: str = OUTCOME, doc: str) -> Any:
 
 @dataclass
 class RunSummary:
-    """The contents of summary.json (README "What a run writes")."""
+    """The contents of summary.json (docs/runs.md, "What a run writes")."""
 
     status: str = _field(
         "running",

@@ -15,9 +15,12 @@ in scripts and display inline in a notebook. What every figure does so that it h
 - nothing is clipped silently: where a y axis or a colour scale is cut for readability, the cut is marked
   and the figure names what lies beyond it and how far (`cuts`); titles are rewrapped to fit the figure.
 
-Modules: `style` (constants, variant styles, legends, titles), `axes` (what is drawn on an Axes), `series`
-(which numbers a line shows), `cuts` (cut ranges), then the figures: `curves`, `layers` (per-block
-profiles), `grids`.
+Modules, one per family of figures, each holding everything only its figures draw: `step_curves`
+(loss, gradient norm, model update: mean lines and bands, spike and divergence markers, the cut y
+axis), `layer_panels` (per-layer metrics over training: line panels, heatmaps, the cut colour scale),
+`layer_profiles` (per-layer profiles: gradient at initialisation, residual-stream RMS, layer
+importance), `grid` (final values over two keys); what they share is `base` (styles, legends, titles,
+identical-curve notes, step ticks, log axes).
 """
 
 from __future__ import annotations
@@ -28,23 +31,16 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from normlab.analysis.plots.axes import log_y, step_ticks
-from normlab.analysis.plots.curves import (
-    plot_attn_max_logit,
-    plot_grad_norm,
-    plot_loss,
-    plot_model_update,
-    plot_update_ratio,
-)
-from normlab.analysis.plots.grids import GridCell, grid_cells, plot_grid
-from normlab.analysis.plots.layers import (
+from normlab.analysis.plots.base import DPI, NoData, ReportFigure, coinciding, log_y, step_ticks
+from normlab.analysis.plots.grid import GridCell, grid_cells, plot_grid
+from normlab.analysis.plots.layer_panels import plot_attn_max_logit, plot_grad_heatmap, plot_update_ratio
+from normlab.analysis.plots.layer_profiles import (
     layer_contributions,
     plot_act_rms,
-    plot_grad_heatmap,
     plot_grad_profile_init,
     plot_layer_ablation,
 )
-from normlab.analysis.plots.style import DPI, NoData, ReportFigure, coinciding
+from normlab.analysis.plots.step_curves import plot_grad_norm, plot_loss, plot_model_update
 
 __all__ = [
     "DPI",

@@ -1,0 +1,94 @@
+"""Finding 11 — Zhu et al. 2025 (Transformers without Normalization): Dynamic Tanh, γ·tanh(α·x) + β with a
+learnable scalar α, in place of every LayerNorm, reaches LayerNorm's loss.
+
+What the paper says (read in the authors' README, jiachenzhu/DyT): "Models with DyT achieves similar or
+better performance than their normalized counterparts"; its LLaMA runs (7B–70B) set α's initial value per
+slot and per width (attention 0.8, FFN and final norm 0.2 at 7B; smaller for wider models) and multiply the
+embedding by a learnable scalar initialised to √d (other_tasks/LLaMA in that repository).
+
+Measured here: final validation loss of Pre-LN models with LayerNorm and with DyT in every slot (the two
+norms of each block and the final one), over seeds — an equality claim, two one-sided tests against
+±0.05 nats (about 5 % in perplexity, the margin of the RMSNorm finding). The preset's embeddings enter at
+RMS ≈ 1 (Xavier init, × √d, as the LLaMA recipe's √d scalar does) and α starts at `norm.alpha_init`.
+"""
+
+from __future__ import annotations
+
+from normlab.analysis.estimate import difference, fmt_estimate
+from normlab.analysis.load import RunSet
+from normlab.analysis.plots import plot_loss
+from normlab.study.findings._common import (
+    CI_LABEL,
+    Drawn,
+    Extras,
+    Finding,
+    baseline_note,
+    diverged_count,
+    fmt_series,
+    group_labels,
+    learned_count,
+    loss_of,
+    need,
+    per_seed,
+    require_learning,
+    where,
+)
+from normlab.study.verdicts import CONFIDENCE, Outcome, equivalence_check
+
+LOSS_MARGIN = 0.05  # nats: |Δ loss| below this is "matches" (≈ 5 % in perplexity)
+NORMS = {"ln": "LayerNorm", "dyt": "DyT"}
+
+
+def evaluate(rs: RunSet, extras: Extras) -> Outcome:
+    need(rs, "norm", list(NORMS))
+    loss = {n: loss_of(rs, norm=n) for n in NORMS}
+    gap = difference(loss["dyt"], loss["ln"])
+    checks = [
+        equivalence_check(
+            "DyT's final val loss matches LayerNorm's",
+            "final val loss of DyT − LayerNorm (difference of seed means, Welch); equal within "
+            f"±{LOSS_MARGIN:g} nats by two one-sided tests",
+            gap,
+            margin=LOSS_MARGIN,
+            unit="nats",
+        )
+    ]
+    table = []
+    for n, label in NORMS.items():
+        runs = where(rs, norm=n)
+        table.append(
+            {
+                "norm": label,
+                "runs": len(runs),
+                "learned": learned_count(rs, runs),
+                "diverged": diverged_count(runs),
+                "final val loss": fmt_series(loss[n]),
+                "per run": per_seed(loss[n]),
+            }
+        )
+    gate = require_learning(rs, {label: where(rs, norm=n) for n, label in NORMS.items()})
+    notes = [f"DyT − LayerNorm ({CI_LABEL}): {fmt_estimate(gap, CONFIDENCE)} nats.", *gate.notes]
+    if "norm.alpha_init" in rs.runs.columns:
+        alphas = sorted({float(a) for a in where(rs, norm="dyt")["norm.alpha_init"].dropna()})
+        notes.append(f"DyT's α at init: {', '.join(f'{a:g}' for a in alphas)}.")
+    if (base := baseline_note(rs)) is not None:
+        notes.append(base)
+    return Outcome.of(checks, table=table, notes=notes, setup_failures=gate.failures)
+
+
+def draw(rs: RunSet, extras: Extras) -> Drawn:
+    g = group_labels(rs, ["norm"])
+    return [("loss", "Training and validation loss, mean ± std over seeds.", plot_loss(g))]
+
+
+FINDING = Finding(
+    11,
+    "dyt_vs_ln",
+    "DyT vs LayerNorm: loss",
+    "Dynamic Tanh in place of every LayerNorm of a Pre-LN model reaches the same loss (within ±0.05 nats).",
+    "Zhu et al. 2025, *Transformers without Normalization* (CVPR), as the authors' README puts it: models "
+    'with DyT achieve "similar or better performance than their normalized counterparts".',
+    False,
+    evaluate,
+    draw,
+)

@@ -1,0 +1,204 @@
+"""Finding 4 — Kim et al. 2025 (Peri-LN): the residual stream's variance grows less, and more evenly, when
+each sublayer's output is normalised too (Peri-LN, `placement=double`) than under Pre-LN.
+
+What the paper says (read in its abstract, arXiv 2502.02732 v2/v3): Pre-LN and Post-LN "are prone to
+vanishing gradients and 'massive activations'"; Peri-LN "consistently achieves more balanced variance
+growth, steadier gradient flow, and convergence stability" (models up to 3.2B parameters).
+
+Measured here: `act_rms/layer_i`, the RMS of the residual stream leaving each block, at step 0 and at the
+end of training. Both placements start with a stream that already grows with the layer index — Pre-LN
+only slightly, Peri-LN as √(1 + 2l) because every block adds two normalised outputs — so every check
+measures growth *relative to step 0*: what training did, not what the initialisation built in. The
+preset starts both placements from the same embedding scale (RMS ≈ 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from normlab.analysis.estimate import difference, estimate, fmt_estimate
+from normlab.analysis.load import RunSet
+from normlab.analysis.plots import ReportFigure, plot_act_rms
+from normlab.analysis.stats import finite, layer_columns
+from normlab.metrics import names
+from normlab.study.findings._common import (
+    CI_LABEL,
+    CannotEvaluate,
+    Drawn,
+    Extras,
+    Finding,
+    Perturbation,
+    baseline_note,
+    fmt_series,
+    group_labels,
+    learned_count,
+    need,
+    require_learning,
+    where,
+)
+from normlab.study.verdicts import CONFIDENCE, Outcome, check
+
+# The abstract gives no size ("more balanced variance growth"): a growth difference under 10 % (0.1 in
+# log units) is the smallest we count.
+GROWTH_MARGIN = 0.1
+
+PLACEMENTS = {"pre": "Pre-LN", "double": "Peri-LN (double)"}
+
+
+def profiles(rs: RunSet, run: str) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Per-block RMS at step 0 and at the last step that has every block; that step."""
+    cols = layer_columns(rs.metrics.columns, names.act_rms_layer)
+    m = rs.metrics[rs.metrics["run"] == run]
+    if not cols or m.empty:
+        return None
+    sub = m[[names.STEP, *cols.values()]].copy()
+    sub[list(cols.values())] = sub[list(cols.values())].apply(finite)
+    sub = sub.dropna(subset=list(cols.values()), how="any").sort_values(names.STEP)
+    if len(sub) < 2 or int(sub[names.STEP].iloc[0]) != 0:
+        return None
+    r0 = sub.iloc[0][list(cols.values())].to_numpy(dtype=float)
+    r1 = sub.iloc[-1][list(cols.values())].to_numpy(dtype=float)
+    if np.any(r0 <= 0) or np.any(r1 <= 0):
+        return None
+    return r0, r1, int(sub[names.STEP].iloc[-1])
+
+
+def growth(rs: RunSet, run: str) -> dict[str, float]:
+    p = profiles(rs, run)
+    if p is None:
+        return {}
+    r0, r1, end = p
+    g = np.log(r1 / r0)  # per block: how much training changed the RMS
+    return {
+        "layer_growth": float(g[-1] - g[0]),  # = layer log-ratio at the end − at step 0
+        "time_growth": float(np.mean(g)),
+        "layer_ratio_init": float(np.log(r0[-1] / r0[0])),
+        "layer_ratio_end": float(np.log(r1[-1] / r1[0])),
+        "last_init": float(r0[-1]),
+        "last_end": float(r1[-1]),
+        "end_step": end,
+    }
+
+
+def evaluate(rs: RunSet, extras: Extras) -> Outcome:
+    need(rs, "placement", list(PLACEMENTS))
+    g: dict[str, pd.DataFrame] = {}
+    for pl in PLACEMENTS:
+        rows = [growth(rs, run) for run in where(rs, placement=pl).index]
+        g[pl] = pd.DataFrame([r for r in rows if r])
+        if g[pl].empty:
+            raise CannotEvaluate(f"no residual-stream RMS (act_rms/layer_i) at step 0 and later for {pl}")
+    end_step = int(g["pre"]["end_step"].max())
+    checks = [
+        check(
+            "Under Pre-LN, training makes the stream grow with the layer index",
+            f"change from step 0 to step {end_step} of log(RMS after the last block / after the first), "
+            "Pre-LN (mean over seeds)",
+            estimate(g["pre"]["layer_growth"]),
+            margin=GROWTH_MARGIN,
+        ),
+        check(
+            "That growth with the layer index is smaller under Peri-LN",
+            "the same change, Pre-LN − Peri-LN (Welch)",
+            difference(g["pre"]["layer_growth"], g["double"]["layer_growth"]),
+            margin=GROWTH_MARGIN,
+        ),
+        check(
+            "Training grows the stream more under Pre-LN than under Peri-LN",
+            f"mean over blocks of log(RMS at step {end_step} / RMS at step 0): Pre-LN − Peri-LN (Welch)",
+            difference(g["pre"]["time_growth"], g["double"]["time_growth"]),
+            margin=GROWTH_MARGIN,
+        ),
+    ]
+    table = [
+        {
+            "placement": label,
+            "runs": len(g[pl]),
+            "learned": learned_count(rs, where(rs, placement=pl)),
+            "RMS after last block, step 0": fmt_series(g[pl]["last_init"], 2),
+            f"RMS after last block, step {end_step}": fmt_series(g[pl]["last_end"], 2),
+            "log(last/first block), step 0": fmt_series(g[pl]["layer_ratio_init"], 2),
+            f"log(last/first block), step {end_step}": fmt_series(g[pl]["layer_ratio_end"], 2),
+            f"change with layer index ({CI_LABEL})": fmt_estimate(
+                estimate(g[pl]["layer_growth"]), CONFIDENCE, 2
+            ),
+            f"mean log growth over training ({CI_LABEL})": fmt_estimate(
+                estimate(g[pl]["time_growth"]), CONFIDENCE, 2
+            ),
+        }
+        for pl, label in PLACEMENTS.items()
+    ]
+    gate = require_learning(rs, {label: where(rs, placement=pl) for pl, label in PLACEMENTS.items()})
+    notes = gate.notes
+    if (base := baseline_note(rs)) is not None:
+        notes.append(base)
+    return Outcome.of(checks, table=table, notes=notes, setup_failures=gate.failures)
+
+
+def _growth_figure(rs: RunSet) -> ReportFigure:
+    g = group_labels(rs, ["placement"])
+    fig = ReportFigure(figsize=(8.5, 4.4), layout="constrained")
+    ax = fig.subplots()
+    ax.grid(True, alpha=0.3, linewidth=0.6)
+    ax.axhline(0, color="0.4", lw=0.8)
+    shown = False
+    for variant in g.variants:
+        runs = g.runs.index[g.runs["variant"] == variant]
+        curves = []
+        for run in runs:
+            p = profiles(rs, run)
+            if p is not None:
+                curves.append(np.log(p[1] / p[0]))
+        if not curves:
+            continue
+        width = min(len(c) for c in curves)
+        arr = np.array([c[:width] for c in curves])
+        mean = arr.mean(axis=0)
+        layers = np.arange(width)
+        ax.plot(layers, mean, marker=g.markers[variant], mfc="white", color=g.colors[variant], label=variant)
+        if len(arr) > 1:
+            std = arr.std(axis=0, ddof=1)
+            ax.fill_between(layers, mean - std, mean + std, color=g.colors[variant], alpha=0.15, lw=0)
+        shown = True
+    if not shown:
+        raise CannotEvaluate("no residual-stream RMS at step 0 and later")
+    ax.set_xlabel("block (0 = closest to the embedding)")
+    ax.set_ylabel("log(RMS at the end / RMS at step 0)")
+    ax.set_title("What training did to the residual stream, per block (mean ± std over seeds)", fontsize=10)
+    fig.legend(loc="outside right upper", frameon=False, fontsize=9)
+    return fig
+
+
+def draw(rs: RunSet, extras: Extras) -> Drawn:
+    g = group_labels(rs, ["placement"])
+    return [
+        ("act_rms", "Residual-stream RMS after each block, at step 0 and at the end.", plot_act_rms(g)),
+        (
+            "growth",
+            "Growth of the residual-stream RMS over training, per block, relative to step 0.",
+            _growth_figure(rs),
+        ),
+    ]
+
+
+FINDING = Finding(
+    4,
+    "periln_act_growth",
+    "Residual-stream growth: Pre-LN vs Peri-LN (double)",
+    "Training makes the residual stream grow with the layer index and over time under Pre-LN; normalising "
+    "each sublayer's output as well (Peri-LN) keeps that growth smaller.",
+    "Kim et al. 2025, *Peri-LN: Revisiting Normalization Layer in the Transformer Architecture* (ICML), "
+    'abstract: Peri-LN achieves "more balanced variance growth" where Pre-LN is prone to "massive '
+    'activations".',
+    True,
+    evaluate,
+    draw,
+    perturbation=Perturbation(
+        "GPT-2 init (N(0, 0.02) embeddings, unscaled)",
+        ("model.init=gpt2", "model.embed_scale=1.0"),
+        "growth is measured relative to the stream at step 0, which the embedding scale sets: small "
+        "GPT-2-style embeddings start the stream 50× smaller than the preset's, the setting most likely "
+        "to change how much training makes it grow.",
+    ),
+)

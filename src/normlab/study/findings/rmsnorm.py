@@ -1,0 +1,198 @@
+"""Finding 5 — Zhang & Sennrich 2019: RMSNorm matches LayerNorm's quality and runs faster.
+
+What the paper says (read in its abstract, NeurIPS 2019): "RMSNorm achieves comparable performance
+against LayerNorm but reduces the running time by 7%~64% on different models".
+
+Measured here: final validation loss of Pre-LN models with either norm, over seeds (an equality claim,
+two one-sided tests against ±0.05 nats — about 5 % in perplexity); and, from the finding's measurement
+`PROFILE` (taken by scripts/reproduce.py after the sweep, stored next to it as profile_norm.json), the
+single-thread step time of the two models in ABBA-interleaved blocks (log(t_LN / t_RMS) per block pair)
+and a torch.profiler breakdown. The speed check measures normlab's implementations on this machine, not
+the operation counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from normlab.analysis.estimate import Estimate, difference, estimate
+from normlab.analysis.load import RunSet
+from normlab.analysis.plots import ReportFigure, plot_loss
+from normlab.study.findings._common import (
+    Drawn,
+    Extras,
+    Finding,
+    Measurement,
+    Perturbation,
+    baseline_note,
+    fmt,
+    fmt_series,
+    group_labels,
+    learned_count,
+    loss_of,
+    need,
+    per_seed,
+    require_learning,
+    where,
+)
+from normlab.study.verdicts import Outcome, check, equivalence_check
+
+LOSS_MARGIN = 0.05  # nats: |Δ loss| below this is "comparable" (≈ 5 % in perplexity)
+# the paper's smallest reported saving is 7 % of the running time (t_RMS = 0.93 · t_LN): log(1 / 0.93)
+SPEED_MARGIN = -math.log(0.93)
+PROFILE_BLOCKS = 10  # ABBA block pairs of the step-time benchmark
+
+
+def take_profile(overrides: Sequence[str]) -> dict[str, Any]:
+    """The norm profiler (normlab.bench.profile_norm) on the preset's model: interleaved step times of
+    LayerNorm and RMSNorm, and a torch.profiler breakdown."""
+    from normlab.bench import profile_norm  # torch and the training code, only when measuring
+
+    return profile_norm.run(list(overrides), blocks=PROFILE_BLOCKS)
+
+
+def describe_profile(result: dict[str, Any]) -> list[str]:
+    from normlab.bench import profile_norm
+
+    return profile_norm.summary_lines(result)
+
+
+PROFILE = Measurement("profile", "profile_norm.json", take_profile, describe_profile)
+
+
+def evaluate(rs: RunSet, extras: Extras) -> Outcome:
+    need(rs, "norm", ["ln", "rms"])
+    loss = {n: loss_of(rs, norm=n) for n in ("ln", "rms")}
+    tps = {n: where(rs, norm=n)["tokens_per_s"].astype(float) for n in ("ln", "rms")}
+    checks = [
+        equivalence_check(
+            "RMSNorm's final val loss matches LayerNorm's",
+            "final val loss of RMSNorm − LayerNorm (difference of seed means, Welch); equal within "
+            f"±{LOSS_MARGIN:g} nats by two one-sided tests",
+            difference(loss["rms"], loss["ln"]),
+            margin=LOSS_MARGIN,
+            unit="nats",
+        )
+    ]
+    profile = extras.get("profile")
+    speed = Estimate(math.nan, math.nan, math.nan, 0)
+    if profile and profile.get("norms") == ["ln", "rms"]:
+        speed = estimate(profile["timing"]["log_ratio"])
+    checks.append(
+        check(
+            "RMSNorm's training step is faster than LayerNorm's",
+            "log(t_LN / t_RMS) of the step time, single thread, blocks of steps alternating ABBA; mean over "
+            "block pairs; positive = RMSNorm faster",
+            speed,
+            margin=SPEED_MARGIN,
+        )
+    )
+    checks.append(
+        check(
+            "(sweep throughput, informational) RMSNorm processes more tokens/s",
+            "log(tokens/s) of RMSNorm − LayerNorm over the sweep's runs (parallel jobs on shared cores: noisy)",
+            difference(np.log(tps["rms"]), np.log(tps["ln"])),
+            counts=False,
+        )
+    )
+    table = []
+    for n in ("ln", "rms"):
+        runs = where(rs, norm=n)
+        row: dict[str, object] = {
+            "norm": n,
+            "runs": len(runs),
+            "learned": learned_count(rs, runs),
+            "final val loss": fmt_series(loss[n]),
+            "per run": per_seed(loss[n]),
+            "sweep tokens/s": fmt_series(tps[n], 0),
+        }
+        if profile and n in profile.get("profile", {}):
+            p, steps = profile["profile"][n], profile["timing"]["step_s"][n]
+            row["step time, ABBA (ms)"] = fmt_series([1e3 * s for s in steps], 1)
+            row["profiled step (ms)"] = fmt(p["step_ms"], 1)
+            row["norm fwd + bwd (ms)"] = f"{p['norm_forward_ms']:.2f} + {p['norm_backward_ms']:.2f}"
+            row["norm share of step time"] = f"{100 * p['norm_share']:.1f} %"
+            row["norm share of FLOPs"] = f"{100 * profile['flops'][n]['norm_flop_share']:.2f} %"
+        table.append(row)
+    notes = []
+    if profile:
+        m = profile["model"]
+        notes.append(
+            f"Profile: d_model {m['d_model']}, depth {m['depth']}, {m['placement']} placement, batch "
+            f"{m['batch_size']}×{m['seq_len']} tokens, {profile['threads']} thread, torch {profile['torch']}; "
+            "norm share = (forward + backward of every norm module) / whole training step, from torch.profiler "
+            "(its per-op overhead inflates many-small-op norms: an upper bound)."
+        )
+        notes.append(
+            "The speed check times normlab's RMSNorm against PyTorch's LayerNorm kernel on this machine; a "
+            "norm's share of the step time can far exceed its share of the FLOPs, because such elementwise "
+            "operations are bound by data movement rather than arithmetic (Ivanov et al. 2021, *Data "
+            "Movement Is All You Need*, abstract)."
+        )
+    else:
+        notes.append(f"No {PROFILE.file} next to the sweep: the speed check could not be measured.")
+    gate = require_learning(rs, {"LayerNorm": where(rs, norm="ln"), "RMSNorm": where(rs, norm="rms")})
+    notes += gate.notes
+    if (base := baseline_note(rs)) is not None:
+        notes.append(base)
+    return Outcome.of(checks, table=table, notes=notes, setup_failures=gate.failures)
+
+
+def draw(rs: RunSet, extras: Extras) -> Drawn:
+    g = group_labels(rs, ["norm"])
+    out: Drawn = [("loss", "Training and validation loss, mean ± std over seeds.", plot_loss(g))]
+    profile = extras.get("profile")
+    if profile:
+        fig = ReportFigure(figsize=(9.5, 3.8), layout="constrained")
+        ax_t, ax_s = fig.subplots(1, 2)
+        norms = profile["norms"]
+        colors = [g.colors.get(n, f"C{i}") for i, n in enumerate(norms)]
+        steps = profile["timing"]["step_s"]
+        means = [1e3 * np.mean(steps[n]) for n in norms]
+        stds = [1e3 * np.std(steps[n], ddof=1) if len(steps[n]) > 1 else 0 for n in norms]
+        ax_t.bar(norms, means, yerr=stds, color=colors, capsize=4)
+        ax_t.set_ylabel("ms per training step (1 thread)")
+        ax_t.set_title("Step time, ABBA-interleaved (mean ± std over blocks)", fontsize=10)
+        fwd = [profile["profile"][n]["norm_forward_ms"] for n in norms]
+        bwd = [profile["profile"][n]["norm_backward_ms"] for n in norms]
+        total = [profile["profile"][n]["step_ms"] for n in norms]
+        share_f = [100 * f / t for f, t in zip(fwd, total, strict=True)]
+        share_b = [100 * b / t for b, t in zip(bwd, total, strict=True)]
+        ax_s.bar(norms, share_f, color=colors, label="forward")
+        ax_s.bar(norms, share_b, bottom=share_f, color=colors, alpha=0.45, hatch="//", label="backward")
+        for i in range(len(norms)):
+            ax_s.text(
+                i, share_f[i] + share_b[i], f"{share_f[i] + share_b[i]:.1f} %", ha="center", va="bottom"
+            )
+        ax_s.set_ylim(0, 1.18 * max(f + b for f, b in zip(share_f, share_b, strict=True)))
+        ax_s.set_ylabel("% of the training step in norm modules")
+        ax_s.set_title("torch.profiler: time in normalization", fontsize=10)
+        ax_s.legend(frameon=False, fontsize=9)
+        for ax in (ax_t, ax_s):
+            ax.grid(True, axis="y", alpha=0.3)
+        out.append(("profile", "Step time and the share of it spent in normalization (single thread).", fig))
+    return out
+
+
+FINDING = Finding(
+    5,
+    "rmsnorm_speed",
+    "RMSNorm vs LayerNorm: loss and speed",
+    "RMSNorm reaches the same loss as LayerNorm (within ±0.05 nats) and its training step is faster.",
+    'Zhang & Sennrich 2019, *Root Mean Square Layer Normalization* (NeurIPS), abstract: "comparable '
+    'performance against LayerNorm" while reducing "the running time by 7%~64%".',
+    True,
+    evaluate,
+    draw,
+    measurements=(PROFILE,),
+    perturbation=Perturbation(
+        "lr × 3 (1e-2)",
+        ("optim.lr=1e-2",),
+        "RMSNorm drops LayerNorm's re-centring, whose absence would matter first where updates are large: "
+        "the learning rate is the setting most likely to separate the two losses.",
+    ),
+)

@@ -1,0 +1,244 @@
+"""Finding 9 — Takase et al. 2023 ("Spike No More"): small embeddings, large gradients, loss spikes.
+
+What the paper says (read in its abstract and §1, Fig. 1): assuming "the loss spike is caused by the
+sudden growth of the gradient norm", its analysis of the sub-layers' Jacobians finds that stable
+pre-training needs "small sub-layers and large shortcut", and methods satisfying these conditions
+"effectively prevent loss spikes"; Fig. 1 shows spikes early in training for the vanilla 1.7B model.
+What it compares: a Pre-LN model whose parameters, embeddings included, are initialised from N(0, σ)
+with σ = 0.02 (the GPT-2 / Megatron-LM recipe: `model.init=gpt2` here) — "Vanilla" — against the same
+model with its embeddings multiplied by √d ("Scaled Embed", `model.embed_scale=sqrt_d`), which at the
+paper's widths (d ≈ 2,000) brings their standard deviation to ≈ 1. The mechanism has a simple form we
+can also check from Xiong et al. 2020 (Lemma 3, read): LayerNorm's Jacobian scales as √d / ‖x‖, so a
+residual stream that starts small meets large gradients through the first norms.
+
+Measured here: the paper's two variants, and — reported, not counted — embeddings scaled to standard
+deviation 1 (× 50), which is the paper's *condition* at our width d = 64, where √d gives only 0.16. Per
+run: the ratio of the first block's gradient to the last block's early in training, the global
+gradient norm, and a spike score of the loss curve — the largest rise of the loss above the median of
+the 10 steps before it, in units of that residual's robust spread (1.4826 × MAD) over the run.
+
+"Scaled Embed prevents loss spikes" needs spikes without it (the precondition): the Vanilla runs' spike
+score must exceed what noise alone gives — the 95 % quantile of the largest of n independent standard
+normal residuals, n the number of steps scored (≈ 3.6 for 290 steps; its median is ≈ 2.9, which is
+what a spike-free curve scores). Without spikes the finding is *not tested here*; its gradient checks
+still say what the runs show.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from normlab.analysis.estimate import difference, estimate
+from normlab.analysis.load import RunSet
+from normlab.analysis.plots import plot_grad_heatmap, plot_grad_norm
+from normlab.metrics import names
+from normlab.study.findings._common import (
+    Drawn,
+    Extras,
+    Finding,
+    baseline_note,
+    diverged_count,
+    fmt_series,
+    group_labels,
+    learned_count,
+    loss_of,
+    need,
+    require_learning,
+    run_metric,
+    summary_value,
+    values,
+    where,
+)
+from normlab.study.verdicts import Outcome, Precondition, check
+
+VANILLA, SCALED = "1.0", "sqrt_d"  # the paper's two variants, by model.embed_scale
+LABELS = {VANILLA: "Vanilla", SCALED: "Scaled Embed (× √d)"}
+EARLY_FRACTION = 0.2
+SPIKE_WINDOW = 10  # steps of the running median the spike score detrends with
+NULL_LEVEL = 0.95  # the spike score must beat this quantile of the noise-only maximum
+# Takase et al. report loss curves, not sizes: the smallest effects we count are a 25 % larger gradient
+# (ratio or norm) and a spike score one robust standard deviation higher.
+RATIO_MARGIN = math.log(1.25)
+GRAD_MARGIN = math.log(1.25)
+SPIKE_MARGIN = 1.0
+
+
+def early_ratio(rs: RunSet, run: str, depth: int, max_steps: int) -> float:
+    """log(mean ‖g‖ of block 0 / mean ‖g‖ of the last block) over the first 20 % of the steps."""
+    first = run_metric(rs, run, names.grad_norm_layer(0))
+    last = run_metric(rs, run, names.grad_norm_layer(depth - 1))
+    window = max(1, int(EARLY_FRACTION * max_steps))
+    first, last = first[first.index <= window], last[last.index <= window]
+    if first.empty or last.empty or last.mean() <= 0 or first.mean() <= 0:
+        return math.nan
+    return float(np.log(first.mean() / last.mean()))
+
+
+def mean_log_grad_norm(rs: RunSet, run: str) -> float:
+    g = run_metric(rs, run, names.GRAD_NORM)
+    g = g[g > 0]
+    return float(np.mean(np.log(g.to_numpy()))) if not g.empty else math.nan
+
+
+def residuals(loss: np.ndarray, window: int = SPIKE_WINDOW) -> np.ndarray:
+    """r_t = loss_t − median(loss_{t−w}, …, loss_{t−1}): the loss detrended by its running median."""
+    loss = np.asarray(loss, dtype=float)
+    loss = loss[np.isfinite(loss)]
+    if loss.size <= window + 2:
+        return np.array([])
+    windows = np.lib.stride_tricks.sliding_window_view(loss[:-1], window)
+    return loss[window:] - np.median(windows, axis=1)
+
+
+def spike_score(loss: np.ndarray, window: int = SPIKE_WINDOW) -> float:
+    """How far the largest rise of the loss above its running median stands out: (max r − median r) /
+    (1.4826 · MAD of r) of the residuals r (`residuals`)."""
+    resid = residuals(loss, window)
+    if resid.size == 0:
+        return math.nan
+    center = np.median(resid)  # a falling loss sits below its running median: measure from the typical one
+    spread = 1.4826 * np.median(np.abs(resid - center))
+    return float((resid.max() - center) / spread) if spread > 0 else math.nan
+
+
+def null_quantile(n: int, level: float = NULL_LEVEL) -> float:
+    """The `level` quantile of the largest of n independent standard normals: Φ⁻¹(level^(1/n))."""
+    return float(stats.norm.ppf(level ** (1.0 / n))) if n > 0 else math.nan
+
+
+def run_spike(rs: RunSet, run: str) -> tuple[float, float]:
+    """(spike score, its noise-only 95 % quantile) of one run's training-loss curve."""
+    loss = run_metric(rs, run, names.LOSS).sort_index().to_numpy()
+    return spike_score(loss), null_quantile(residuals(loss).size)
+
+
+def detector_count(rs: RunSet, run: str) -> float:
+    flags = run_metric(rs, run, names.SPIKE_LOSS)
+    if not flags.empty:
+        return float((flags > 0).sum())
+    n = summary_value(rs, run, "n_loss_spikes")
+    try:  # a numpy integer from the loaded table is not an `int`
+        return float(n)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _init_note(rs: RunSet) -> str | None:
+    inits = {str(v) for v in rs.valid["model.init"].dropna()} if "model.init" in rs.valid.columns else set()
+    if inits and inits != {"gpt2"}:
+        return (
+            f"These runs use model.init={', '.join(sorted(inits))}: their embeddings are not the paper's "
+            "N(0, 0.02) (the preset uses model.init=gpt2)."
+        )
+    return None
+
+
+def evaluate(rs: RunSet, extras: Extras) -> Outcome:
+    need(rs, "embed_scale", [VANILLA, SCALED])
+    scales = [str(v) for v in values(rs, "embed_scale")]
+    others = [s for s in scales if s not in (VANILLA, SCALED)]
+    ratio, grad, score, excess, table = {}, {}, {}, {}, []
+    for scale in [VANILLA, SCALED, *others]:
+        runs = where(rs, embed_scale=scale)
+        ratio[scale] = [
+            early_ratio(rs, run, int(r["depth"]), int(r["train.max_steps"])) for run, r in runs.iterrows()
+        ]
+        grad[scale] = [mean_log_grad_norm(rs, run) for run in runs.index]
+        spikes = [run_spike(rs, run) for run in runs.index]
+        score[scale] = [sc for sc, _ in spikes]
+        excess[scale] = [sc - q for sc, q in spikes]
+        watch = {summary_value(rs, run, "spike_watch_start") for run in runs.index} - {None}
+        table.append(
+            {
+                "embed_scale": scale,
+                "variant": LABELS.get(scale, f"× {scale} (std 1 at d 64; not counted)"),
+                "runs": len(runs),
+                "learned": learned_count(rs, runs),
+                "diverged": diverged_count(runs),
+                "final val loss": fmt_series(loss_of(rs, embed_scale=scale)),
+                "log(‖g_block0‖ / ‖g_last‖), first 20 %": fmt_series(ratio[scale], 2),
+                "mean log ‖g‖": fmt_series(grad[scale], 2),
+                "spike score": fmt_series(score[scale], 1),
+                "noise-only 95 % quantile": fmt_series([q for _, q in spikes], 2),
+                "detector loss spikes per run": fmt_series([detector_count(rs, r) for r in runs.index], 1),
+                "detector watches from step": ", ".join(str(w) for w in sorted(watch)) or "–",
+            }
+        )
+
+    def checks_against(small: str, large: str, counts: bool, tag: str = "") -> list:
+        return [
+            check(
+                tag + "Small embeddings give larger early-layer gradients",
+                "log(mean ‖g‖ of block 0 / mean ‖g‖ of the last block) over the first 20 % of steps: "
+                f"embed_scale={small} − embed_scale={large} (Welch)",
+                difference(ratio[small], ratio[large]),
+                margin=RATIO_MARGIN,
+                counts=counts,
+            ),
+            check(
+                tag + "Small embeddings give a larger gradient norm",
+                f"mean over steps of log ‖g‖ (global, before clipping): embed_scale={small} − "
+                f"embed_scale={large} (Welch)",
+                difference(grad[small], grad[large]),
+                margin=GRAD_MARGIN,
+                counts=counts,
+            ),
+            check(
+                tag + "Scaling the embeddings up removes the loss spikes",
+                f"spike score (largest rise of the loss above its running median of {SPIKE_WINDOW} steps, "
+                f"in robust-noise units): embed_scale={small} − embed_scale={large} (Welch)",
+                difference(score[small], score[large]),
+                margin=SPIKE_MARGIN,
+                counts=counts,
+            ),
+        ]
+
+    checks = checks_against(VANILLA, SCALED, True)
+    for other in others:
+        checks += checks_against(VANILLA, other, False, f"[× {other}, std 1] ")
+    spiky = check(
+        "Vanilla (N(0, 0.02) embeddings, unscaled) has loss spikes",
+        "spike score − the 95 % quantile of the largest of n standard normals (n = steps scored), "
+        "Vanilla runs (mean over seeds)",
+        estimate(excess[VANILLA]),
+    )
+    preconditions = [
+        Precondition.shown_by(
+            spiky,
+            "The paper's spikes come from 1.7B-parameter models over thousands of steps; a longer horizon "
+            "or a larger learning rate might provoke them here (the preset's comment says what was tried).",
+        )
+    ]
+    gate = require_learning(rs, {f"embed_scale={s}": where(rs, embed_scale=s) for s in [VANILLA, SCALED]})
+    notes = [n for n in [_init_note(rs)] if n] + gate.notes
+    if (base := baseline_note(rs)) is not None:
+        notes.append(base)
+    return Outcome.of(
+        checks, table=table, notes=notes, setup_failures=gate.failures, preconditions=preconditions
+    )
+
+
+def draw(rs: RunSet, extras: Extras) -> Drawn:
+    g = group_labels(rs, ["embed_scale"])
+    return [
+        ("grad_layers", "Per-block gradient norm over training (mean over seeds).", plot_grad_heatmap(g)),
+        ("grad_norm", "Global gradient norm, spikes marked.", plot_grad_norm(g)),
+    ]
+
+
+FINDING = Finding(
+    9,
+    "takase_embed_scale",
+    "Embedding scale, gradient norms and loss spikes",
+    "Embeddings initialised small (N(0, 0.02)) give a Pre-LN model larger early-layer and overall gradients "
+    "and loss spikes; multiplying them by √d (Scaled Embed) prevents the spikes.",
+    "Takase et al. 2023, *Spike No More: Stabilizing the Pre-training of Large Language Models*, abstract "
+    'and §1 ("small sub-layers and large shortcut" prevent spikes); mechanism: Xiong et al. 2020, Lemma 3 '
+    "(LayerNorm's Jacobian ∝ √d / ‖x‖).",
+    False,
+    evaluate,
+    draw,
+)

@@ -1,0 +1,251 @@
+"""Finding 1 — Xiong et al. 2020: the gradient profile at initialisation, Post-LN vs Pre-LN.
+
+What the paper says (read in its §3.3–3.4): Theorem 1 bounds the gradient of the last FFN sub-layer's
+W² by O(d·√(ln d)) for Post-LN — independent of the depth L — and by O(d·√(ln d / L)) for Pre-LN; its
+extended analysis and Fig. 3(a, b) (6-6 models, Xavier init) show the FFN gradients of Post-LN growing
+with the layer index while Pre-LN's stay about the same; Fig. 3(c, d) show the last FFN gradient staying
+constant with depth for Post-LN and decreasing for Pre-LN.
+
+Measured here: no training (`train.max_steps=0`): the gradient norm of each block's feed-forward
+weights (`grad_norm/layer_i/ffn`, the whole block's when the per-sublayer norms are missing) at step 0,
+over depths and seeds. The theorem bounds the *expected* gradient; the preset averages the gradient over
+8 batches per seed (`train.grad_accum=8`, 128 sequences) so that one batch's noise does not decide the
+top/bottom comparison, and the per-seed spread is mostly the initialisation's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from normlab.analysis.estimate import Estimate, estimate, fmt_estimate
+from normlab.analysis.load import RunSet
+from normlab.analysis.plots import ReportFigure, plot_grad_profile_init
+from normlab.metrics import names
+from normlab.study.findings._common import (
+    CI_LABEL,
+    CannotEvaluate,
+    Drawn,
+    Extras,
+    Finding,
+    Perturbation,
+    fmt_series,
+    group_labels,
+    need,
+    subset,
+    varies,
+)
+from normlab.study.verdicts import CONFIDENCE, Check, Outcome, check, combine
+
+# Fig. 3 plots the growth without a size to carry over: a top third ≥ 10 % above the bottom third (log
+# units) is the smallest growth we count. The depth checks test the exponent against −¼, halfway
+# between the theorem's 0 (Post-LN) and −½ (Pre-LN).
+CONCENTRATION_MARGIN = 0.1
+
+
+def _columns(metrics: pd.DataFrame, depth: int) -> tuple[list[str], str]:
+    ffn = [names.grad_norm_sublayer(i, "ffn") for i in range(depth)]
+    if all(c in metrics.columns for c in ffn):
+        return ffn, "feed-forward weights"
+    return [names.grad_norm_layer(i) for i in range(depth)], "whole block"
+
+
+def grad_profiles(rs: RunSet) -> tuple[pd.DataFrame, str]:
+    """One row per run at step 0: init, placement, depth, seed and the per-block gradient norms."""
+    m0 = rs.metrics[rs.metrics[names.STEP] == 0]
+    init_key = "model.init" if "model.init" in rs.runs.columns else None
+    rows, used = [], set()
+    for run, r in rs.valid.iterrows():
+        row = m0[m0["run"] == run]
+        depth = int(r["depth"])
+        cols, what = _columns(m0, depth)
+        if row.empty:
+            continue
+        g = pd.to_numeric(row.iloc[0][cols], errors="coerce").to_numpy(dtype=float)
+        if not np.all(np.isfinite(g)) or np.any(g <= 0):
+            continue
+        used.add(what)
+        rows.append(
+            {
+                "run": run,
+                "init": str(r[init_key]) if init_key else "gpt2",
+                "placement": r["placement"],
+                "depth": depth,
+                "seed": r.get("seed"),
+                "g": g,
+            }
+        )
+    if not rows:
+        raise CannotEvaluate("no per-layer gradient norms (grad_norm/layer_i) at step 0")
+    return pd.DataFrame(rows), " and ".join(sorted(used))
+
+
+def depth_slopes(p: pd.DataFrame) -> pd.DataFrame:
+    """Per (init, placement, seed): slope b of log ‖g_last‖ against log depth."""
+    out = []
+    for (init, placement, seed), grp in p.groupby(["init", "placement", "seed"], sort=False):
+        if grp["depth"].nunique() < 2:
+            continue
+        x = np.log(grp["depth"].to_numpy(dtype=float))
+        y = np.log([g[-1] for g in grp["g"]])
+        out.append({"init": init, "placement": placement, "seed": seed, "b": float(np.polyfit(x, y, 1)[0])})
+    return pd.DataFrame(out, columns=["init", "placement", "seed", "b"])
+
+
+def concentration(g: np.ndarray) -> float:
+    """log(mean gradient norm of the top third of blocks / bottom third)."""
+    k = max(1, len(g) // 3)
+    return float(np.log(np.mean(g[-k:]) / np.mean(g[:k])))
+
+
+def _batches(rs: RunSet) -> str:
+    """'the mean gradient of 8 batches per run', from the runs' train.grad_accum."""
+    col = "train.grad_accum"
+    accum = sorted({int(v) for v in rs.valid[col].dropna()}) if col in rs.valid.columns else [1]
+    n = "/".join(str(a) for a in accum) or "1"
+    return "one batch per run" if n == "1" else f"the mean gradient of {n} batches per run"
+
+
+def evaluate(rs: RunSet, extras: Extras) -> Outcome:
+    need(rs, "placement", ["pre", "post"])
+    p, what = grad_profiles(rs)
+    slopes = depth_slopes(p)
+    if slopes.empty:
+        raise CannotEvaluate("the runs cover a single depth; the depth trend needs at least two")
+    inits = list(dict.fromkeys(p["init"]))
+    decisive = "xavier" if "xavier" in inits else None  # the paper's setting decides the verdict
+    checks: list[Check] = []
+    table: list[dict[str, object]] = []
+    notes: list[str] = [
+        f"Gradient norms of the {what} at step 0, {_batches(rs)}. No training: whether runs learned "
+        "does not apply."
+    ]
+    for init in inits:
+        counts = decisive is None or init == decisive
+        s = slopes[slopes["init"] == init]
+        b = {pl: estimate(s.loc[s["placement"] == pl, "b"]) for pl in ("pre", "post")}
+        sub = p[p["init"] == init]
+        lmax, lmin = int(sub["depth"].max()), int(sub["depth"].min())
+        conc = {}
+        for pl in ("pre", "post"):
+            deep = sub[(sub["placement"] == pl) & (sub["depth"] == lmax)]
+            conc[pl] = estimate(concentration(g) for g in deep["g"])
+            last = {
+                L: [g[-1] for g in sub[(sub["placement"] == pl) & (sub["depth"] == L)]["g"]]
+                for L in (lmin, lmax)
+            }
+            table.append(
+                {
+                    "init": init,
+                    "placement": pl,
+                    f"depth exponent b (‖g_last‖ ∝ L^b), {CI_LABEL}": fmt_estimate(b[pl], CONFIDENCE, 2),
+                    f"‖g_last‖ at L={lmin}": fmt_series(last[lmin], 3),
+                    f"‖g_last‖ at L={lmax}": fmt_series(last[lmax], 3),
+                    f"log(top/bottom third) at L={lmax}, {CI_LABEL}": fmt_estimate(conc[pl], CONFIDENCE, 2),
+                }
+            )
+        tag = f"[{init} init] "
+        part = [
+            check(
+                tag + "Pre-LN's last-layer gradient shrinks with depth about as 1/√L",
+                "−¼ − b_pre, where b_pre is the slope of log ‖g_last‖ (last block, step 0) against log L, "
+                "fitted per seed over the depths run; positive when b_pre < −¼, i.e. closer to −½ (1/√L) "
+                "than to 0",
+                -b["pre"] - Estimate.constant(0.25),
+                counts=counts,
+            ),
+            check(
+                tag + "Post-LN's last-layer gradient does not shrink with depth",
+                "b_post + ¼; positive when b_post > −¼, i.e. closer to 0 than to −½",
+                b["post"] + Estimate.constant(0.25),
+                counts=counts,
+            ),
+            check(
+                tag + f"Post-LN's gradient grows towards the output (L={lmax})",
+                "log(mean gradient norm of the top third of blocks / of the bottom third), Post-LN at the "
+                "deepest depth; positive = larger near the output",
+                conc["post"],
+                margin=CONCENTRATION_MARGIN,
+                counts=counts,
+            ),
+        ]
+        checks += part
+        if not counts:
+            verdict = combine([replace(c, counts=True) for c in part])
+            passed = sum(c.verdict == "reproduced" for c in part)
+            notes.append(
+                f"Under {init} init (reported, not part of the verdict, which follows the paper's Xavier "
+                f"setting): **{verdict}** ({passed}/{len(part)} checks reproduced)."
+            )
+    return Outcome.of(checks, table=table, notes=notes)
+
+
+def draw(rs: RunSet, extras: Extras) -> Drawn:
+    p, _ = grad_profiles(rs)
+    lmax = int(p["depth"].max())
+    deep = group_labels(subset(rs, p.loc[p["depth"] == lmax, "run"], None), ["init", "placement"])
+    fig1 = plot_grad_profile_init(deep)
+    fig1.axes[0].set_title(
+        f"Gradient norm per block at initialisation, depth {lmax} (step 0, before any update)"
+    )
+    fig2 = ReportFigure(figsize=(8.5, 4.6), layout="constrained")
+    ax = fig2.subplots()
+    ax.grid(True, alpha=0.3, linewidth=0.6)
+    for (init, placement), grp in p.groupby(["init", "placement"], sort=False):
+        label = ", ".join([f"init={init}"] * varies(rs, "init") + [placement] * varies(rs, "placement"))
+        label = label or f"{init}, {placement}"
+        last = grp.assign(last=[g[-1] for g in grp["g"]]).groupby("depth")["last"]
+        mean, std = last.mean(), last.std(ddof=1)
+        color = deep.colors.get(label)
+        ax.errorbar(
+            mean.index,
+            mean.to_numpy(),
+            yerr=std.to_numpy(),
+            marker=deep.markers.get(label, "o"),
+            mfc="white",
+            ms=4,
+            lw=1.6,
+            capsize=2,
+            color=color,
+            label=label,
+        )
+        if placement == "pre":
+            ref = mean.iloc[0] * np.sqrt(mean.index[0] / mean.index.to_numpy(dtype=float))
+            ax.plot(mean.index, ref, ls=":", color=color, lw=1.2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    depths = sorted(p["depth"].unique())
+    ax.set_xticks(depths, [str(d) for d in depths])
+    ax.minorticks_off()
+    ax.set_xlabel("depth L (blocks), log scale")
+    ax.set_ylabel("gradient norm of the last block at step 0 (log)")
+    ax.set_title(
+        "Last-block gradient at step 0 vs depth (mean ± std over seeds; dotted: ∝ 1/√L)", fontsize=10
+    )
+    fig2.legend(loc="outside right upper", frameon=False, fontsize=9)
+    return [
+        ("layers", f"Per-block gradient norm at step 0, depth {lmax}, mean over seeds.", fig1),
+        ("depth", "Gradient norm of the last block at step 0 against depth (log-log).", fig2),
+    ]
+
+
+FINDING = Finding(
+    1,
+    "xiong_grad_profile",
+    "Gradient profile at initialisation: Post-LN vs Pre-LN",
+    "At initialisation, Post-LN's gradients grow towards the output and its last-layer gradient does not "
+    "shrink with depth, while Pre-LN's last-layer gradient shrinks roughly as 1/√L.",
+    "Xiong et al. 2020, *On Layer Normalization in the Transformer Architecture* (ICML), Theorem 1 "
+    "(§3.3) and Fig. 3 (§3.4), Xavier initialisation.",
+    True,
+    evaluate,
+    draw,
+    perturbation=Perturbation(
+        "width × 2 (d_model 128)",
+        ("model.d_model=128",),
+        "Theorem 1's depth scaling does not depend on the width; a verdict that changed with it would be "
+        "about this model's size rather than about where the norm sits.",
+    ),
+)

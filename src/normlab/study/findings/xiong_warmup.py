@@ -1,0 +1,151 @@
+"""Finding 2 — Xiong et al. 2020: Post-LN needs learning-rate warm-up; Pre-LN does not.
+
+What the paper says (read in its §3.2 and §4): trained with Adam on IWSLT14 De-En, the Post-LN
+Transformer reaches a BLEU of 8.45 without the warm-up stage against about 34 with it (Fig. 2), and
+"the Post-LN Transformer cannot be trained with a large learning rate from scratch"; the Pre-LN
+Transformer without warm-up reaches results comparable to the Post-LN baseline with warm-up (Fig. 4).
+
+Measured here: final validation loss of Pre-LN and Post-LN with and without warm-up at one learning
+rate. The claim is tested as a gap: Δ₀ = Post-LN − Pre-LN without warm-up must be positive, and warm-up
+must close most of it (Δ_w < Δ₀ / 2). The second check is only decided once the first has established a
+gap; with no gap there is nothing to close, and the check says so instead of passing on Δ_w < 0.
+Pre-LN (with and without warm-up) and Post-LN with warm-up must learn, or the setup failed; Post-LN
+without warm-up is allowed not to — that is the claimed failure.
+"""
+
+from __future__ import annotations
+
+import math
+
+from normlab.analysis.estimate import difference, fmt_estimate
+from normlab.analysis.load import RunSet
+from normlab.analysis.plots import plot_grid, plot_loss
+from normlab.study.findings._common import (
+    CI_LABEL,
+    CannotEvaluate,
+    Drawn,
+    Extras,
+    Finding,
+    Perturbation,
+    baseline_note,
+    diverged_count,
+    fmt_series,
+    group_labels,
+    learned_count,
+    loss_of,
+    need,
+    per_seed,
+    require_learning,
+    values,
+    where,
+)
+from normlab.study.verdicts import CONFIDENCE, REPRODUCED, Outcome, check, undecided
+
+# The paper's gap is in BLEU (8.45 without warm-up against ≈ 34 with it, Fig. 2), not a loss we can carry
+# over: a gap (or a remaining gap) under 0.05 nats (≈ 5 % in perplexity) does not count as one.
+GAP_MARGIN = 0.05
+
+
+def evaluate(rs: RunSet, extras: Extras) -> Outcome:
+    need(rs, "placement", ["pre", "post"])
+    warmups = values(rs, "warmup_steps")
+    if len(warmups) < 2:
+        raise CannotEvaluate("the runs use a single warmup length; the finding needs with and without")
+    w0, w1 = warmups[0], warmups[-1]
+    loss = {(pl, w): loss_of(rs, placement=pl, warmup_steps=w) for pl in ("pre", "post") for w in (w0, w1)}
+    gap0 = difference(loss[("post", w0)], loss[("pre", w0)])
+    gap1 = difference(loss[("post", w1)], loss[("pre", w1)])
+    first = check(
+        f"Without warm-up (warmup_steps={w0}), Post-LN ends with a higher loss than Pre-LN",
+        "Δ₀ = final val loss of Post-LN − Pre-LN, both without warm-up (difference of seed means, Welch)",
+        gap0,
+        margin=GAP_MARGIN,
+        unit="nats",
+    )
+    closes_statistic = (
+        "Δ₀ − 2·Δ_w, where Δ_w is the same gap with warm-up; positive when Δ_w < Δ₀/2. Decided only once "
+        "the first check has established a gap"
+    )
+    if first.verdict == REPRODUCED:
+        second = check(
+            f"Warm-up ({w1} steps) closes most (more than half) of that gap",
+            closes_statistic,
+            gap0 - gap1.scale(2.0),
+            margin=GAP_MARGIN,
+            unit="nats",
+        )
+    else:
+        second = undecided(
+            f"Warm-up ({w1} steps) closes most (more than half) of that gap",
+            closes_statistic,
+            gap0 - gap1.scale(2.0),
+            "no gap without warm-up was established, so there is none to close",
+            unit="nats",
+            margin=GAP_MARGIN,
+        )
+    table = []
+    for pl in ("pre", "post"):
+        for w in (w0, w1):
+            runs = where(rs, placement=pl, warmup_steps=w)
+            table.append(
+                {
+                    "placement": pl,
+                    "warmup_steps": w,
+                    "runs": len(runs),
+                    "learned": learned_count(rs, runs),
+                    "diverged": diverged_count(runs),
+                    "final val loss": fmt_series(loss[(pl, w)]),
+                    "per run": per_seed(loss[(pl, w)]),
+                }
+            )
+    notes = [
+        f"Gap Post-LN − Pre-LN ({CI_LABEL}): Δ₀ = {fmt_estimate(gap0, CONFIDENCE)} nats without warm-up, Δ_w = {fmt_estimate(gap1, CONFIDENCE)} "
+        f"nats with {w1} warm-up steps."
+    ]
+    if math.isfinite(gap0.value) and gap0.value > 0 and first.verdict == REPRODUCED:
+        notes[0] += f" Warm-up closes {100 * (1 - gap1.value / gap0.value):.0f} % of the gap."
+    pre_cost = difference(loss[("pre", w0)], loss[("pre", w1)])
+    notes.append(
+        f"Pre-LN without warm-up − with: {fmt_estimate(pre_cost, CONFIDENCE)} nats (positive: warm-up helps Pre-LN too)."
+    )
+    gate = require_learning(
+        rs,
+        {
+            f"Pre-LN, warmup {w0}": where(rs, placement="pre", warmup_steps=w0),
+            f"Pre-LN, warmup {w1}": where(rs, placement="pre", warmup_steps=w1),
+            f"Post-LN, warmup {w1}": where(rs, placement="post", warmup_steps=w1),
+        },
+    )
+    notes += gate.notes
+    if (base := baseline_note(rs)) is not None:
+        notes.append(base)
+    return Outcome.of([first, second], table=table, notes=notes, setup_failures=gate.failures)
+
+
+def draw(rs: RunSet, extras: Extras) -> Drawn:
+    g = group_labels(rs, ["placement", "warmup_steps"])
+    return [
+        ("loss", "Training and validation loss, mean ± std over seeds.", plot_loss(g)),
+        ("grid", "Final validation loss over placement × warmup.", plot_grid(g, "placement", "warmup_steps")),
+    ]
+
+
+FINDING = Finding(
+    2,
+    "xiong_warmup",
+    "Warm-up and Post-LN",
+    "Without learning-rate warm-up, Post-LN ends with a higher loss than Pre-LN at a learning rate where "
+    "Pre-LN trains; warm-up closes most of that gap.",
+    "Xiong et al. 2020, *On Layer Normalization in the Transformer Architecture* (ICML), §3.2 and Fig. 2 "
+    "(warm-up is essential for Post-LN), §4.2 and Fig. 4 (Pre-LN without warm-up is comparable).",
+    True,
+    evaluate,
+    draw,
+    perturbation=Perturbation(
+        "lr × 2 (6e-3)",
+        ("optim.lr=6e-3",),
+        "the paper ties Post-LN's need for warm-up to the size of its first steps (§3.2: it \"cannot be "
+        'trained with a large learning rate from scratch"), so the learning rate decides both whether '
+        "the gap exists and whether warm-up closes it.",
+    ),
+)

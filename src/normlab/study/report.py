@@ -1,0 +1,341 @@
+"""REPORT.md from finding sweeps: per finding the claim and source, what ran, figures, the measured
+table, the checks with their confidence intervals and the verdict; a summary table, the machine and the
+wall times on top. `normlab.study.reproduce` runs the sweeps and calls `build_report`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+from normlab.analysis.estimate import ci_label, fmt_estimate
+from normlab.analysis.load import NoRunsFound, RunSet, load_runs, short_names
+from normlab.analysis.plots import save
+from normlab.analysis.report import md_table
+from normlab.configs import CONFIG_DIR
+from normlab.study.findings import CORE, FINDINGS, Finding, evaluate
+from normlab.study.robustness import Robustness, robustness_of
+from normlab.study.verdicts import CONFIDENCE, RULE, Check, Outcome
+
+# presets are linked where the package keeps them (src/normlab/configs in a checkout): a link through the
+# checkout's configs/ symlink would not open on a code host that shows symlinks as files
+PRESET_DIR = CONFIG_DIR / "experiment"
+REPORT_FILE = "REPORT.md"
+TIMINGS_FILE = "timings.json"
+MEASURE_S = "measure_s"  # a timing record's seconds spent on the finding's measurements ("profile_s" before)
+FIGURE_DPI = 100  # keeps every PNG well under 300 KB
+
+# Config keys described in "What we ran" when they are the same for every run of a finding.
+DESCRIBED = (
+    ("model", "model"),
+    ("model.d_model", "d_model"),
+    ("model.n_heads", "heads"),
+    ("depth", "depth"),
+    ("norm.name", "norm"),
+    ("placement.name", "placement"),
+    ("model.init", "init"),
+    ("model.embed_scale", "embedding scale"),
+    ("model.tie_embeddings", "tied head"),
+    ("model.bias", "biases"),
+    ("model.qk_norm", "qk-norm"),
+    ("train.max_steps", "steps"),
+    ("train.batch_size", "batch size"),
+    ("train.seq_len", "sequence length"),
+    ("optim.lr", "peak lr"),
+    ("warmup_steps", "warmup steps"),
+    ("schedule.name", "schedule"),
+    ("train.grad_clip", "grad clip"),
+    ("optim.weight_decay", "weight decay"),
+    ("optim.z_loss", "z-loss"),
+    ("data.name", "data"),
+    ("data.vocab_size", "BPE vocabulary"),
+)
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    mem = f", {m['memory_gib']} GiB RAM" if m.get("memory_gib") else ""
+    return f"{m['cpu']}, {m['cores']} cores{mem}; {m['os']}; Python {m['python']}, torch {m['torch']}"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    seconds = int(round(seconds))
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+def load_timings(out: Path) -> dict[str, Any]:
+    path = out / TIMINGS_FILE
+    if path.is_file():
+        return json.loads(path.read_text())
+    return {"findings": {}, "sessions": []}
+
+
+# ---------------------------------------------------------------------------------------- report
+
+
+def describe_runs(rs: RunSet) -> str:
+    """'What we ran' in one paragraph, from the runs' own configs."""
+    runs = rs.runs
+    counts = ", ".join(f"{n} {s}" for s, n in runs["status"].value_counts().items())
+    fixed = []
+    for col, label in DESCRIBED:
+        if col not in runs.columns or col in rs.varying:
+            continue
+        vals = runs[col].dropna().astype(str).unique()
+        if len(vals) == 1:
+            fixed.append(f"{label} {vals[0]}")
+    display = short_names(rs.varying)
+    swept = []
+    for k in rs.varying:
+        vals = list(dict.fromkeys(runs[k].tolist()))
+        with contextlib.suppress(TypeError, ValueError):
+            vals = sorted(vals, key=float)
+        swept.append(f"{display[k]} ∈ {{{', '.join(str(v) for v in vals)}}}")
+    text = f"{len(runs)} runs ({counts})"
+    if swept:
+        text += ": " + " × ".join(swept)
+    if fixed:
+        text += "; " + ", ".join(fixed)
+    return text + "."
+
+
+def _fmt_df(df: float) -> str:
+    if not math.isfinite(df):
+        return "∞" if df == math.inf else "–"
+    return f"{df:.1f}" if df < 100 else f"{df:.0f}"
+
+
+def checks_table(checks: Sequence[Check]) -> str:
+    rows = []
+    for c in checks:
+        verdict = f"**{c.verdict}**" + (f" ({c.note})" if c.note else "")
+        rows.append(
+            [
+                c.name + ("" if c.counts else " *(not counted)*"),
+                c.statistic,
+                fmt_estimate(c.est, CONFIDENCE, unit=c.unit),
+                _fmt_df(c.est.df),
+                c.rule,
+                verdict,
+            ]
+        )
+    headers = [
+        "check",
+        "statistic",
+        f"estimate [{ci_label(CONFIDENCE)}]",
+        "df",
+        "claim tested",
+        "verdict",
+    ]
+    return md_table(headers, rows)
+
+
+def table_markdown(rows: list[dict[str, object]]) -> str:
+    if not rows:
+        return ""
+    headers = list(dict.fromkeys(k for r in rows for k in r))
+    return md_table(headers, [[r.get(h, "–") for h in headers] for r in rows])
+
+
+def finding_section(
+    finding: Finding,
+    rs: RunSet | None,
+    outcome: Outcome,
+    figures: list[tuple[str, str]],
+    record: dict[str, Any] | None,
+    error: str | None,
+    report_dir: Path,
+    robust: Robustness | None = None,
+) -> list[str]:
+    lines = [f"## {finding.number}. {finding.title}", ""]
+    if finding.ours:
+        lines += [f"**Claim (our own observation, not from the literature).** {finding.claim}", ""]
+    else:
+        lines += [f"**Claim.** {finding.claim}", ""]
+    lines += [f"**Source.** {finding.source}", ""]
+    lines += [f"**Verdict: {outcome.verdict}** ({outcome.parts}).", ""]
+    if robust is not None:
+        line = f"**Robustness: {robust.summary}.**"
+        detail = [f"{v.what}: {v.verdict}" for v in robust.variations]
+        if detail:
+            line += " Verdict with " + "; ".join(detail) + "."
+        if finding.perturbation is not None:
+            line += f" Why {finding.perturbation.label}: {finding.perturbation.why}"
+        lines += [line, ""]
+    cmd = f"python train.py -m +experiment={finding.preset}"
+    if record:  # as it ran; sweeps from before the presets moved to findings/ named them without it
+        cmd = record["command"].replace(f"+experiment={finding.name}", f"+experiment={finding.preset}")
+    preset = Path(os.path.relpath(PRESET_DIR, report_dir)) / f"{finding.preset}.yaml"
+    lines.append(
+        f"**What we ran.** `{cmd}` (preset [`configs/experiment/{finding.preset}.yaml`]({preset.as_posix()}))."
+    )
+    if rs is not None:
+        lines.append(describe_runs(rs))
+    if record:
+        timing = f"Wall time {fmt_duration(record.get('wall_s'))}"
+        measured = record.get(MEASURE_S, record.get("profile_s"))
+        if measured is not None:
+            what = ", ".join(m.key for m in finding.measurements) or "measurements"
+            timing += f" (sweep {fmt_duration(record.get('sweep_s'))}, {what} {fmt_duration(measured)})"
+        if record.get("perturbed"):
+            timing += f", of which {fmt_duration(record['perturbed'].get('wall_s'))} for the perturbed sweep"
+            timing += f" (`{record['perturbed'].get('command')}`)"
+        lines.append(f"{timing}, started {record.get('started', '?')}.")
+    lines.append("")
+    if error:
+        lines += [f"Could not load the runs: {error}", ""]
+    for filename, caption in figures:
+        lines += [f"![{caption}]({filename})", "", f"*{caption}*", ""]
+    if outcome.table:
+        lines += ["**Measured.**", "", table_markdown(outcome.table), ""]
+    for note in outcome.setup_failures:
+        lines += [f"Setup failed — {note}", ""]
+    if outcome.setup_failures:
+        lines += ["Runs that learned nothing cannot test the claim, so the verdict is *setup failed*.", ""]
+    for pre in outcome.preconditions:
+        if pre.met:
+            lines += [f"Precondition met — {pre.name}: {pre.observed}.", ""]
+        else:
+            lines += [
+                f"Precondition not met — {pre.sentence} The verdict is therefore *not tested here*.",
+                "",
+            ]
+    for note in outcome.notes:
+        lines += [note, ""]
+    if outcome.checks:
+        lines += ["**Checks.**", "", checks_table(outcome.checks), ""]
+    return lines
+
+
+def build_report(
+    out: Path, report_dir: Path, names: Sequence[str] | None = None, command: str | None = None
+) -> tuple[Path, dict[str, str]]:
+    """REPORT.md and figures in report_dir for the findings with sweeps in out (or `names`)."""
+    matplotlib.use("Agg")
+    timings = load_timings(out)
+    sweeps = out / "sweeps"
+    present = [n for n in FINDINGS if (sweeps / n).is_dir()]
+    names = [n for n in (names or present) if n in present]
+    report_dir.mkdir(parents=True, exist_ok=True)
+    sections: list[str] = []
+    summary_rows = []
+    verdicts: dict[str, str] = {}
+    machines = []
+    for name in names:
+        finding = FINDINGS[name]
+        record = timings["findings"].get(name)
+        if record and record.get("machine"):
+            machines.append(record["machine"])
+        rs, error = None, None
+        try:
+            rs = load_runs(sweeps / name)
+        except (NoRunsFound, FileNotFoundError) as e:
+            error = str(e)
+        extras = finding.load_extras(sweeps / name)
+        outcome = evaluate(name, rs, extras) if rs is not None else Outcome.of([], notes=[])
+        figures: list[tuple[str, str]] = []
+        if rs is not None:
+            try:
+                drawn = finding.draw(rs, extras)
+            except Exception as e:  # a figure failing must not lose the verdict
+                drawn = []
+                outcome.notes.append(f"Figures could not be drawn: {type(e).__name__}: {e}.")
+            for fkey, caption, fig in drawn:
+                filename = f"{name}_{fkey}.png"
+                save(fig, report_dir / filename, dpi=FIGURE_DPI)
+                figures.append((filename, caption))
+        verdicts[name] = outcome.verdict
+        robust = robustness_of(name, rs, outcome.verdict, sweeps / name) if rs is not None else None
+        sections += finding_section(
+            finding, rs, outcome, figures, record, error, report_dir.resolve(), robust
+        )
+        summary_rows.append(
+            [
+                f"[{finding.number}](#{finding.number}-{_anchor(finding.title)})",
+                finding.title + (" (core)" if finding.core else ""),
+                finding.cite,
+                f"**{outcome.verdict}**",
+                outcome.parts,
+                robust.summary if robust is not None else "–",
+                fmt_duration(record.get("wall_s")) if record else "–",
+            ]
+        )
+    lines = ["# Reproducing published findings on normalization", ""]
+    sessions = timings.get("sessions", [])
+    if command and not any(s["command"] == command for s in sessions):
+        lines += [f"Report rebuilt from existing sweeps by `{command}`.", ""]
+    if sessions:
+        lines.append("Produced by:")
+        lines.append("")
+        for s in sessions:
+            current = [n for n in s["names"] if timings["findings"].get(n, {}).get("session") == s["started"]]
+            what = ", ".join(current) if current else "all re-run later; superseded"
+            if current and len(current) < len(s["names"]):
+                what += " (the others were re-run later)"
+            lines.append(
+                f"- `{s['command']}` — {what}: wall time {fmt_duration(s['wall_s'])}, started {s['started']}."
+            )
+        lines.append("")
+    if machines:
+        distinct = list(dict.fromkeys(machine_line(m) for m in machines))
+        lines.append("Machine: " + "; ".join(distinct) + ".")
+        loads = [m.get("load_avg_at_start") for m in machines if m.get("load_avg_at_start")]
+        if loads:
+            lines.append(
+                "Load average (1 min) when each finding started: "
+                + ", ".join(f"{load[0]:.1f}" for load in loads)
+                + f" (a sweep's own jobs account for up to {machines[0].get('cores', '?')} of it; more means other "
+                "processes shared the cores and slowed the sweeps down)."
+            )
+        lines.append("")
+    totals = _totals(timings, names)
+    if totals:
+        lines += [totals, ""]
+    lines += [
+        "Each preset runs its jobs with Hydra's joblib launcher, one job per core and one torch thread per "
+        "job (`hydra/launcher=joblib`, `n_jobs` = cores). Numbers are measured on small models over a few "
+        "hundred steps: a finding that does not reproduce here may still hold at the paper's scale, and the "
+        "report says so rather than tuning the presets until it does.",
+        "",
+        "## Summary",
+        "",
+        md_table(["#", "finding", "source", "verdict", "checks", "robustness", "wall time"], summary_rows),
+        "",
+        "## How verdicts are decided",
+        "",
+        RULE,
+        "",
+    ]
+    lines += sections
+    path = report_dir / REPORT_FILE
+    path.write_text("\n".join(lines).rstrip() + "\n")
+    return path, verdicts
+
+
+def _anchor(title: str) -> str:
+    keep = "".join(ch.lower() if ch.isalnum() or ch in " -" else "" for ch in title)
+    return keep.strip().replace(" ", "-")
+
+
+def _totals(timings: dict[str, Any], names: Sequence[str]) -> str:
+    recs = {n: timings["findings"][n] for n in names if n in timings["findings"]}
+    if not recs:
+        return ""
+    parts = []
+    core = [n for n in CORE if n in recs]
+    if len(core) == len(CORE):
+        numbers = ", ".join(str(FINDINGS[n].number) for n in CORE)
+        parts.append(f"core set (findings {numbers}): {fmt_duration(sum(recs[n]['wall_s'] for n in core))}")
+    if len(recs) == len(FINDINGS):
+        parts.append(f"all {len(FINDINGS)}: {fmt_duration(sum(r['wall_s'] for r in recs.values()))}")
+    elif not parts:
+        parts.append(f"these findings: {fmt_duration(sum(r['wall_s'] for r in recs.values()))}")
+    return "Wall time, summed over the findings' sweeps and measurements: " + "; ".join(parts) + "."

@@ -1,0 +1,270 @@
+"""Verdict rules: turn a measured effect and its seed-to-seed spread into *reproduced*, *not reproduced*,
+*inconclusive* — or *not tested here* when the phenomenon a claim is about did not happen in these runs,
+or *setup failed* when the runs cannot test the claim at all.
+
+Every check is phrased so that a **positive** estimate is the direction the source claims. Estimates
+(a mean over seeds or a combination of such means, with Student-t intervals) are
+`normlab.analysis.estimate.Estimate`, the one vocabulary of every report.
+
+All tests are one-sided at level ALPHA (5 %); the tables show the matching two-sided 1 − 2·ALPHA (90 %)
+interval [lo, hi], so every decision can be read off the interval:
+
+- **directional claim** (`check`, "A is larger than B"), with a stated *margin* δ ≥ 0 — the smallest
+  effect that counts as the claimed one: *reproduced* when lo > δ (the effect is at least δ at level
+  ALPHA), *not reproduced* when hi < δ (the effect, if any, is smaller than δ at level ALPHA: this
+  includes a clear effect the other way, and a real effect too small to be the claimed one),
+  *inconclusive* otherwise. So an estimate below its own margin is never reproduced.
+- **equality claim** (`equivalence_check`, "A matches B within m"), two one-sided tests (TOST) against
+  the stated margin m: reproduced when −m < lo and hi < m; not reproduced when lo > m or hi < −m (the
+  difference exceeds the margin at level ALPHA); inconclusive otherwise.
+
+A check without a noise estimate (one seed, or seeds that agree exactly) is inconclusive.
+
+A finding is *reproduced* when every counted check is (an intersection–union test: the chance of
+calling a finding reproduced when any of its claims is false stays ≤ ALPHA), *not reproduced* when any
+counted check is not (with k checks, the chance of that call when every claim holds is ≤ k · ALPHA),
+*inconclusive* otherwise. Two conditions come first. *Setup failed*: runs the claim needs to have
+learned did not (best validation loss not clearly below the corpus's unigram loss) — a comparison of
+runs that learned nothing is not evidence. *Not tested here*: a claim "X prevents Y" needs Y to happen
+without X; a finding declares such `Precondition`s, and when one is not shown in these runs its checks
+cannot speak to the claim either way. Nothing here looks at which verdict a finding "should" get.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from normlab.analysis.estimate import Estimate, fmt_estimate
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
+NOT_TESTED = "not tested here"
+SETUP_FAILED = "setup failed"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTED, SETUP_FAILED)
+
+ALPHA = 0.05  # level of every one-sided test
+CONFIDENCE = 1 - 2 * ALPHA  # the two-sided interval shown in the tables (90 %)
+
+RULE = (
+    f"Every check is a one-sided test at level α = {ALPHA:g} on the mean over seeds, with Student-t "
+    "critical values: n − 1 degrees of freedom for one group, Welch–Satterthwaite for differences of "
+    f"groups. Tables show the estimate and its two-sided {100 * CONFIDENCE:.0f} % confidence interval "
+    "[lo, hi], from which each verdict can be read. A *directional* claim is signed so that positive is "
+    "the claimed direction and has a stated margin δ ≥ 0, the smallest effect that counts as the claimed "
+    "one (from the paper where it reports a size, else a stated smallest effect of interest): it is "
+    "*reproduced* only when lo > δ — the data show an effect of at least δ — and *not reproduced* when "
+    "hi < δ — the effect, if any, is smaller than δ, which includes a clear effect the other way; an "
+    "estimate below its own margin is therefore never called reproduced. An *equality* claim is tested "
+    "by two one-sided tests against its stated margin m: *reproduced* when −m < lo and hi < m, *not "
+    "reproduced* when lo > m or hi < −m. Anything else — and a check without a noise estimate (a single "
+    "seed, or seeds that agree exactly) — is *inconclusive*. A finding is *reproduced* when all its "
+    "counted checks are (so a finding is wrongly called reproduced at most α of the time), *not "
+    "reproduced* when any is (at most k·α of the time for k checks when every claim holds), "
+    "*inconclusive* otherwise. Two conditions come before the checks. *Setup failed*: runs that the "
+    "claim needs to learn did not learn (best validation loss not clearly below the corpus's unigram "
+    "loss) — runs that learned nothing are not evidence. *Not tested here*: a claim that X prevents or "
+    "curbs Y needs Y to happen without X; each such precondition is checked in the runs, and when one "
+    "is not met the finding says what did not happen and what would make it happen, instead of a "
+    "verdict its runs cannot support. Under every verdict, *robustness* says whether it survives "
+    "dropping any one seed (no new runs: the finding is re-evaluated on the remaining seeds) and, for "
+    "the core set, one change of setup the finding names as the most likely to matter."
+)
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+
+DIRECTIONAL = "directional"
+EQUALITY = "equality"
+
+
+@dataclass
+class Check:
+    """One measurable part of a claim, its estimate and the verdict of its rule."""
+
+    name: str  # what is tested, in words: "Post-LN's last-layer gradient does not shrink with depth"
+    statistic: str  # how the estimate is computed, in words
+    est: Estimate
+    verdict: str = INCONCLUSIVE
+    unit: str = ""
+    counts: bool = True  # False: reported, but not part of the finding's verdict
+    kind: str = DIRECTIONAL
+    margin: float = 0.0  # δ (directional) or m (equality)
+    note: str = ""  # why the verdict is what it is, when the rule alone does not say (e.g. "no gap")
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The two one-sided (1 − ALPHA) bounds: the CONFIDENCE interval every verdict is read from."""
+        return self.est.interval(ALPHA)
+
+    @property
+    def p_value(self) -> float:
+        """One-sided p-value of the claimed direction (directional checks only)."""
+        return self.est.p_greater(0.0) if self.kind == DIRECTIONAL else math.nan
+
+    @property
+    def rule(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        if self.kind == EQUALITY:
+            return f"equality within ±{self.margin:.3g}{unit} (TOST)"
+        if self.margin > 0:
+            return f"> {self.margin:.3g}{unit}"
+        return "> 0"
+
+
+def classify(est: Estimate, margin: float = 0.0, alpha: float = ALPHA) -> str:
+    """The directional rule (module docstring): positive = the claimed direction; reproduced only when the
+    whole interval lies above the margin, not reproduced when it lies below it."""
+    if not est.has_noise:
+        return INCONCLUSIVE
+    lo, hi = est.interval(alpha)
+    if lo > margin:
+        return REPRODUCED
+    if hi < margin:
+        return NOT_REPRODUCED
+    return INCONCLUSIVE
+
+
+def classify_equivalence(est: Estimate, margin: float, alpha: float = ALPHA) -> str:
+    """Two one-sided tests against ±margin (module docstring)."""
+    if not est.has_noise:
+        return INCONCLUSIVE
+    lo, hi = est.interval(alpha)
+    if -margin < lo and hi < margin:
+        return REPRODUCED
+    if lo > margin or hi < -margin:
+        return NOT_REPRODUCED
+    return INCONCLUSIVE
+
+
+def check(
+    name: str,
+    statistic: str,
+    est: Estimate,
+    margin: float = 0.0,
+    unit: str = "",
+    counts: bool = True,
+) -> Check:
+    """A directional check, classified; `margin` is the smallest effect that would count as the claim."""
+    if margin < 0:
+        raise ValueError(f"a margin is a size, got {margin}")
+    return Check(
+        name,
+        statistic,
+        est,
+        classify(est, margin),
+        unit=unit,
+        counts=counts,
+        kind=DIRECTIONAL,
+        margin=margin,
+    )
+
+
+def equivalence_check(
+    name: str, statistic: str, est: Estimate, margin: float, unit: str = "", counts: bool = True
+) -> Check:
+    """An equality claim ("B matches A within ±margin"), by two one-sided tests."""
+    if margin <= 0:
+        raise ValueError(f"an equality claim needs a positive margin, got {margin}")
+    return Check(
+        name,
+        statistic,
+        est,
+        classify_equivalence(est, margin),
+        unit=unit,
+        counts=counts,
+        kind=EQUALITY,
+        margin=margin,
+    )
+
+
+def undecided(
+    name: str,
+    statistic: str,
+    est: Estimate,
+    why: str,
+    unit: str = "",
+    counts: bool = True,
+    kind: str = DIRECTIONAL,
+    margin: float = 0.0,
+) -> Check:
+    """A check that cannot be decided from these runs (e.g. its premise was not established)."""
+    return Check(
+        name, statistic, est, INCONCLUSIVE, unit=unit, counts=counts, kind=kind, margin=margin, note=why
+    )
+
+
+def combine(checks: Sequence[Check]) -> str:
+    """All counted checks reproduced → reproduced; any not reproduced → not reproduced; else inconclusive."""
+    counted = [c.verdict for c in checks if c.counts]
+    if not counted:
+        return INCONCLUSIVE
+    if NOT_REPRODUCED in counted:
+        return NOT_REPRODUCED
+    if all(v == REPRODUCED for v in counted):
+        return REPRODUCED
+    return INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """Something that must happen in these runs before the claim can be tested at all: a claim that X
+    prevents or curbs Y needs Y without X. `met` is None when the runs cannot tell."""
+
+    name: str  # what must happen, in words: "without z-loss the loss diverges at lr 1"
+    observed: str  # what the runs show, in numbers
+    met: bool | None
+    remedy: str = ""  # what would make it happen here (a longer horizon, a higher learning rate)
+
+    @classmethod
+    def shown_by(cls, c: Check, remedy: str = "") -> Precondition:
+        """Met when a directional or equality check of the phenomenon is reproduced (at level ALPHA)."""
+        value = fmt_estimate(c.est, CONFIDENCE, 3, unit=c.unit, significant=True)
+        observed = f"{c.statistic}: {value}, needed {c.rule} ({c.verdict})"
+        return cls(c.name, observed, c.verdict == REPRODUCED, remedy)
+
+    @property
+    def sentence(self) -> str:
+        """'Not shown in these runs: NAME (OBSERVED). What would make it happen: REMEDY.'"""
+        state = "cannot be told from these runs" if self.met is None else "did not happen in these runs"
+        text = f"{self.name} — {state}: {self.observed}."
+        return f"{text} {self.remedy}" if self.remedy else text
+
+
+@dataclass
+class Outcome:
+    """A finding's measured numbers and verdict."""
+
+    verdict: str
+    checks: list[Check]
+    table: list[dict[str, object]] = field(default_factory=list)  # measured numbers, one row per variant
+    notes: list[str] = field(default_factory=list)
+    preconditions: list[Precondition] = field(default_factory=list)  # one not met: not tested here
+    setup_failures: list[str] = field(default_factory=list)  # runs that had to learn and did not
+
+    @classmethod
+    def of(cls, checks: list[Check], **kw) -> Outcome:
+        out = cls(verdict=combine(checks), checks=checks, **kw)
+        if out.setup_failures:
+            out.verdict = SETUP_FAILED
+        elif out.unmet:
+            out.verdict = NOT_TESTED
+        return out
+
+    @property
+    def unmet(self) -> list[Precondition]:
+        return [p for p in self.preconditions if not p.met]
+
+    @property
+    def parts(self) -> str:
+        counted = [c for c in self.checks if c.counts]
+        passed = sum(c.verdict == REPRODUCED for c in counted)
+        text = f"{passed}/{len(counted)} checks reproduced"
+        if self.verdict == SETUP_FAILED:
+            return f"compared runs did not all learn; {text}"
+        if self.verdict == NOT_TESTED:
+            return f"{len(self.unmet)} precondition(s) not met; {text}"
+        return text

@@ -1,0 +1,177 @@
+"""The README and the documentation site: every relative link and anchor resolves, every page is in the nav.
+
+`mkdocs build --strict` (run by .ci/run after the tests) checks the built site the same way; this test does
+it in a fraction of a second without MkDocs, and also covers README.md and ARCHITECTURE.md, which the site
+does not build. Anchors follow GitHub's rule, which mkdocs.yml sets for the site too (pymdownx.slugs, lower
+case), so one link works on both.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+README_MAX_LINES = 250  # issue 22: a README a newcomer reads in five minutes
+
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)\)")
+SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$')
+
+
+def github_slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, each space a hyphen."""
+    text = re.sub(r"`|\*\*|\*", "", heading).strip().lower()
+    text = re.sub(r"[^\w\s-]", "", text)
+    return re.sub(r"\s", "-", text)
+
+
+def expand_snippets(text: str) -> str:
+    """The page as the site renders it: `--8<-- "FILE"` and `--8<-- "FILE:SECTION"` lines replaced."""
+    out = []
+    for line in text.splitlines():
+        m = SNIPPET.match(line.strip())
+        if not m:
+            out.append(line)
+            continue
+        source = (ROOT / m.group(1)).read_text()
+        if m.group(2):
+            start, end = f"--8<-- [start:{m.group(2)}]", f"--8<-- [end:{m.group(2)}]"
+            assert start in source and end in source, f"{m.group(1)} has no snippet section {m.group(2)!r}"
+            source = source.split(start, 1)[1].split("\n", 1)[1].split(end, 1)[0].rsplit("\n", 1)[0]
+        out.append(source)
+    return "\n".join(out)
+
+
+def prose_lines(text: str) -> list[str]:
+    """Lines outside fenced code blocks, inline code removed (a link in code is not a link)."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced:
+            lines.append(re.sub(r"`[^`]*`", "``", line))
+    return lines
+
+
+def anchors(path: Path) -> set[str]:
+    found: set[str] = set()
+    for line in prose_lines(expand_snippets(path.read_text())):
+        m = re.match(r"#{1,6} (.+)", line)
+        if m:
+            slug = github_slug(m.group(1))
+            n, unique = 0, slug
+            while unique in found:  # GitHub numbers repeated headings: x, x-1, x-2
+                n += 1
+                unique = f"{slug}-{n}"
+            found.add(unique)
+    return found
+
+
+def markdown_files() -> list[Path]:
+    return [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def broken_links(path: Path) -> list[str]:
+    problems = []
+    for line in prose_lines(path.read_text()):
+        for target in LINK.findall(line):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            file_part, _, anchor = target.partition("#")
+            linked = (path.parent / file_part).resolve() if file_part else path
+            if not linked.exists():
+                problems.append(f"{target}: no such file")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                problems.append(f"{target}: no heading with that anchor")
+    return problems
+
+
+def test_github_slug_matches_hand_written_anchors() -> None:
+    # GitHub's anchors for headings of these pages, as GitHub writes them
+    assert github_slug("Weights & Biases") == "weights--biases"
+    assert github_slug("Sweeps: stop, resume, finish") == "sweeps-stop-resume-finish"
+    assert (
+        github_slug("`data=synthetic`: the embedded corpus (offline)")
+        == "datasynthetic-the-embedded-corpus-offline"
+    )
+    assert github_slug("SLURM × torchrun") == "slurm--torchrun"
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_and_anchor_resolves(path: Path) -> None:
+    assert broken_links(path) == []
+
+
+def test_a_broken_link_or_anchor_is_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    (tmp_path / "other.md").write_text("# Other\n\n## A section\n")
+    page.write_text(
+        "# Page\n\n[ok](other.md#a-section) [ok](#page) `[in code](nowhere.md)`\n"
+        "[gone](missing.md) [no anchor](other.md#no-such-section) ![img](missing.png)\n"
+    )
+    assert broken_links(page) == [
+        "missing.md: no such file",
+        "other.md#no-such-section: no heading with that anchor",
+        "missing.png: no such file",
+    ]
+
+
+def nav_pages(nav: list) -> list[str]:
+    pages = []
+    for entry in nav:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        pages.extend(nav_pages(value) if isinstance(value, list) else [value])
+    return pages
+
+
+def mkdocs_config() -> dict:
+    class Loader(yaml.SafeLoader):
+        pass
+
+    # mkdocs.yml names a Python function with a !!python tag; its value does not matter here
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+    return yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
+
+
+def test_every_docs_page_is_in_the_nav_and_every_nav_entry_exists() -> None:
+    nav = nav_pages(mkdocs_config()["nav"])
+    on_disk = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert sorted(set(nav)) == sorted(on_disk)
+    assert len(nav) == len(set(nav)), "a page is in the nav twice"
+
+
+def test_the_readme_stays_short_and_links_every_page() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    linked = {t.partition("#")[0] for t in LINK.findall(readme)}
+    # the home page repeats the README; the README links ARCHITECTURE.md itself rather than its docs page
+    skip = {"index.md", "architecture.md"}
+    top_level = {f"docs/{p}" for p in nav_pages(mkdocs_config()["nav"]) if "/" not in p and p not in skip}
+    assert top_level <= linked, f"pages the README does not link: {sorted(top_level - linked)}"
+
+
+def test_the_site_hook_names_repository_files_instead_of_linking_outside_the_site() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = "findings/REPORT.md"
+    preset = "../../src/normlab/configs/experiment/xiong_warmup.yaml"
+    text = (
+        f"[`configs/experiment/xiong_warmup.yaml`]({preset}) [the preset]({preset}) "
+        "[inside](../demo.md) [gone](../../no/such/file.py) [web](https://example.org/x)"
+    )
+    assert hooks.rewrite_links(text, page, DOCS, ROOT) == (
+        "`configs/experiment/xiong_warmup.yaml` "
+        "the preset (`src/normlab/configs/experiment/xiong_warmup.yaml`) "
+        "[inside](../demo.md) [gone](../../no/such/file.py) [web](https://example.org/x)"
+    )
+    assert hooks.rewrite_links(f"[the preset]({preset})", page, DOCS, ROOT, "https://host/o/r") == (
+        "[the preset](https://host/o/r/blob/main/src/normlab/configs/experiment/xiong_warmup.yaml)"
+    )
