@@ -162,16 +162,16 @@ def test_the_site_hook_names_repository_files_instead_of_linking_outside_the_sit
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
     page = "findings/REPORT.md"
-    preset = "../../src/normlab/configs/experiment/xiong_warmup.yaml"
+    preset = "../../src/normlab/configs/experiment/findings/xiong_warmup.yaml"
     text = (
-        f"[`configs/experiment/xiong_warmup.yaml`]({preset}) [the preset]({preset}) "
+        f"[`configs/experiment/findings/xiong_warmup.yaml`]({preset}) [the preset]({preset}) "
         "[inside](../demo.md) [gone](../../no/such/file.py) [web](https://example.org/x)"
     )
     assert hooks.rewrite_links(text, page, DOCS, ROOT) == (
-        "`configs/experiment/xiong_warmup.yaml` "
-        "the preset (`src/normlab/configs/experiment/xiong_warmup.yaml`) "
+        "`configs/experiment/findings/xiong_warmup.yaml` "
+        "the preset (`src/normlab/configs/experiment/findings/xiong_warmup.yaml`) "
         "[inside](../demo.md) [gone](../../no/such/file.py) [web](https://example.org/x)"
     )
     assert hooks.rewrite_links(f"[the preset]({preset})", page, DOCS, ROOT, "https://host/o/r") == (
-        "[the preset](https://host/o/r/blob/main/src/normlab/configs/experiment/xiong_warmup.yaml)"
+        "[the preset](https://host/o/r/blob/main/src/normlab/configs/experiment/findings/xiong_warmup.yaml)"
     )
