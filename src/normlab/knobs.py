@@ -80,6 +80,12 @@ class Knobs:
         given = {k: v for k, v in (values or {}).items() if k in names}
         return cls(**given | changes)
 
+    @classmethod
+    def of(cls: type[T], values: T | Mapping[str, Any] | None) -> T:
+        """`values` itself when it is already this config, else `from_config(values)`: code that takes a
+        group accepts either the typed config or that group of a composed config."""
+        return values if isinstance(values, cls) else cls.from_config(values)
+
 
 def _default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:

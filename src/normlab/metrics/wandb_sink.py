@@ -262,7 +262,7 @@ class WandbSink(RowSink):
     def open(cls, cfg: Mapping[str, Any], run_dir: Path, group: str) -> WandbSink | None:
         """A sink that starts the W&B run (online, else offline) with the first metrics row, or None with
         one line saying why W&B is off. The mode is decided now, so a bad `logger.mode` is reported first."""
-        lcfg = cfg["logger"]
+        lcfg = WandbConfig.of(cfg["logger"])
         try:
             import wandb
         except ImportError as e:  # a dependency, but one whose own imports (protobuf, ...) can break
@@ -274,13 +274,13 @@ class WandbSink(RowSink):
             return None
         try:
             base_url = wandb.Settings().base_url  # the server W&B would use (WANDB_BASE_URL or its default)
-            mode = resolve_mode(lcfg["mode"], base_url)
+            mode = resolve_mode(lcfg.mode, base_url)
         except Exception as e:
             log.warning("W&B off: %s", e)
             return None
         if mode == "disabled":
             return None
-        job_type = lcfg["job_type"] or variant_name(cfg, swept_keys(), hydra_choices())
+        job_type = lcfg.job_type or variant_name(cfg, swept_keys(), hydra_choices())
 
         def start() -> Any:
             run = None
@@ -303,19 +303,19 @@ class WandbSink(RowSink):
     def _init(
         wandb: Any, cfg: Mapping[str, Any], run_dir: Path, group: str, mode: str, job_type: str = "train"
     ) -> Any:
-        lcfg = cfg["logger"]
+        lcfg = WandbConfig.of(cfg["logger"])
         settings = wandb.Settings(
             mode=mode,
-            init_timeout=float(lcfg["init_timeout"]),
-            finish_timeout=float(lcfg["finish_timeout"]),
-            x_disable_stats=not lcfg["system_stats"],
+            init_timeout=float(lcfg.init_timeout),
+            finish_timeout=float(lcfg.finish_timeout),
+            x_disable_stats=not lcfg.system_stats,
             console="off",  # leave stdout/stderr (and the progress bar) alone
             silent=True,  # we print the one line that matters ourselves
             reinit="finish_previous",  # jobs of a multirun in one process each get their own run
         )
         run = wandb.init(
-            project=lcfg["project"],
-            entity=lcfg["entity"],
+            project=lcfg.project,
+            entity=lcfg.entity,
             name=cfg["name"],
             group=group,
             job_type=job_type,

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab.config.groups import OptimConfig
 from normlab.model.config import SIZES
 from normlab.train import flops
 from normlab.train.optim import build_optimizer
@@ -78,7 +79,7 @@ def measure(
 
     with torch.random.fork_rng(devices=[]):
         forward_backward(max(batches))  # first call: allocations, lazy initialisation
-        opt = build_optimizer(probe, optim_cfg, torch.device("cpu")) if optim_cfg is not None else None
+        opt = build_optimizer(probe, OptimConfig.of(optim_cfg), torch.device("cpu")) if optim_cfg else None
         if opt is not None:
             opt.step()  # the first step allocates the optimizer's state
         passes: dict[int, list[float]] = {n: [] for n in batches}
