@@ -29,7 +29,7 @@ def ts_cfg(path: Path | None, cache_dir: Path, **over: Any) -> dict[str, Any]:
         "path": None if path is None else str(path),
         "hub_id": "roneneldan/TinyStories",
         "revision": "main",
-        "version": None,  # the YAML's default: recognised from the file names
+        "version": None,  # TinyStoriesData's default: recognised from the file names
         "max_train_stories": None,
         "max_val_stories": None,
         "text_field": "text",

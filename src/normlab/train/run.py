@@ -4,10 +4,10 @@ The order matters for "nothing lost":
 
 1. the run directory (normlab.train.run_dir): created, locked (one run at a time), stale temporary files of a
    killed writer removed;
-2. start: the config checked against the schemas; with train.resume=auto, what the directory holds decides
-   whether to skip, resume or start; the checkpoint to resume found and matched to the model — a bad value
-   is `invalid`, a missing or damaged checkpoint `failed`, both before anything is built; then summary.json
-   says `running`;
+2. start: the config checked against its dataclasses (normlab.config.checked); with train.resume=auto,
+   what the directory holds decides whether to skip, resume or start; the checkpoint to resume found and
+   matched to the model — a bad value is `invalid`, a missing or damaged checkpoint `failed`, both before
+   anything is built; then summary.json says `running`;
 3. build: the memory it needs against what is free (train.memory: a run that cannot fit is `invalid` in
    milliseconds), then device, model, data (its cache is built atomically); only then W&B, so a run that
    fails before training opens no W&B run, and the trainer;
