@@ -50,7 +50,8 @@ class ModelConfig(Knobs):
     qk_norm: str = knob(
         "none",
         "norm on each attention head's queries and keys before q·k (qk-layernorm, as Wortsman et al. 2023 use): "
-        "none | ln | rms, over d_head with one learned gain (ln: and bias) shared by the heads",
+        "none, or a norm that acts on one vector at a time (ln | rms | dyt | scalenorm) over d_head, with its "
+        "default settings and one set of learned parameters shared by the heads",
         choices=qk_norms,
     )
     _convert_: str = "all"
