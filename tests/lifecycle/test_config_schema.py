@@ -147,3 +147,22 @@ def test_every_schedule_option_is_a_decay_the_loop_implements():
     from normlab.train.schedule import DECAYS
 
     assert list(SCHEDULES) == list(DECAYS)
+
+
+def test_a_yaml_preset_of_a_group_composes_over_its_dataclass_option(tmp_path):
+    """YAML stays the place for presets: a file `model/NAME.yaml` that starts from an option the dataclasses
+    define and changes a few knobs is a new option of the group, checked like any other."""
+    import shutil
+
+    from normlab.configs import CONFIG_DIR
+
+    config_dir = tmp_path / "configs"
+    shutil.copytree(CONFIG_DIR, config_dir, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    (config_dir / "model").mkdir()
+    (config_dir / "model" / "wide.yaml").write_text(
+        "defaults:\n  - small\n  - _self_\nd_model: 256\nn_heads: 8\n"
+    )
+    cfg = checked(compose_config(["data=synthetic", "model=wide"], config_dir=config_dir))
+    assert (cfg["model"]["d_model"], cfg["model"]["n_heads"], cfg["model"]["context_length"]) == (256, 8, 128)
+    with pytest.raises(InvalidConfig, match=r"^model\.n_heads=0 is not allowed"):
+        checked(compose_config(["data=synthetic", "model=wide", "model.n_heads=0"], config_dir=config_dir))
