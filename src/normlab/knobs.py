@@ -65,7 +65,7 @@ class Knobs:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            if not (isinstance(value, str) and "${" in value):  # an interpolation: checked once resolved
+            if not _is_interpolation(value):  # checked once resolved
                 check_rule(type(self), f.name, value)
 
     @classmethod
@@ -75,9 +75,15 @@ class Knobs:
 
     @classmethod
     def from_config(cls: type[T], values: Mapping[str, Any] | None = None, **changes: Any) -> T:
-        """From a composed config's group (None: the defaults), with `changes` applied."""
+        """From a composed config's group (None: the defaults), with `changes` applied. The group's values
+        are converted to the fields' types as a command line's are (`"400"` for a whole number becomes 400;
+        a value that is not one is InvalidConfig naming the key); keys the class does not have are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        given = {k: v for k, v in (values or {}).items() if k in names}
+        given = {
+            k: v if _is_interpolation(v) else _converted(cls, k, v)
+            for k, v in (values or {}).items()
+            if k in names
+        }
         return cls(**given | changes)
 
     @classmethod
@@ -85,6 +91,10 @@ class Knobs:
         """`values` itself when it is already this config, else `from_config(values)`: code that takes a
         group accepts either the typed config or that group of a composed config."""
         return values if isinstance(values, cls) else cls.from_config(values)
+
+
+def _is_interpolation(value: Any) -> bool:
+    return isinstance(value, str) and "${" in value
 
 
 def _default(f: dataclasses.Field) -> Any:

@@ -127,6 +127,16 @@ def test_a_config_built_in_code_is_checked_too():
     assert SpikeConfig.from_config(window=20).window == 20
 
 
+def test_a_group_given_as_values_is_converted_and_checked_as_a_command_line_is():
+    """`from_config` types a group's values as `checked` does (what a library caller or an old run's config
+    passes may hold strings); a value that is not of the type is refused with the same sentence."""
+    typed = SpikeConfig.from_config({"window": "20", "sigma": 6, "not_a_knob": 1})
+    assert (typed.window, typed.sigma) == (20, 6.0) and isinstance(typed.sigma, float)
+    with pytest.raises(InvalidConfig) as info:
+        SpikeConfig.from_config({"window": "abc"})
+    assert str(info.value) == "spikes.window=abc is not allowed; spikes.window takes a whole number ≥ 0."
+
+
 def test_a_knob_of_another_norm_is_refused_except_deepnorms_base():
     with pytest.raises(InvalidConfig, match=r"^norm\.momentum is not a setting; "):
         checked(compose_cfg("norm=rms", "+norm.momentum=0.2"))
