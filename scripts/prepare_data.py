@@ -18,20 +18,13 @@ import time
 
 
 def compose_data(overrides: list[str]) -> dict:
-    """The resolved `data` group, composed from the repository's configs exactly as train.py would."""
-    from hydra import compose, initialize_config_dir
+    """The resolved `data` group, composed from the package's configs exactly as train.py would (only the
+    data group is needed; other overrides, norm=... or depth=..., are accepted and ignored)."""
     from omegaconf import OmegaConf
 
-    from normlab.configs import CONFIG_DIR as CONFIGS
+    from normlab.config.compose import compose_config
 
-    with initialize_config_dir(str(CONFIGS), version_base="1.3"):
-        if (CONFIGS / "config.yaml").is_file():
-            # only the data group is needed; other overrides (norm=..., depth=...) are accepted and ignored
-            cfg = compose("config", overrides=overrides)
-        else:  # no primary config: compose the data group alone
-            data = [o for o in overrides if o.startswith("data")] or ["data=synthetic"]
-            cfg = compose(overrides=[("+" + o) if o.startswith("data=") else o for o in data])
-    return OmegaConf.to_container(cfg.data, resolve=True)  # type: ignore[return-value]
+    return OmegaConf.to_container(compose_config(overrides).data, resolve=True)  # type: ignore[return-value]
 
 
 def hydra_message(err: Exception) -> str:

@@ -175,3 +175,19 @@ def test_the_site_hook_names_repository_files_instead_of_linking_outside_the_sit
     assert hooks.rewrite_links(f"[the preset]({preset})", page, DOCS, ROOT, "https://host/o/r") == (
         "[the preset](https://host/o/r/blob/main/src/normlab/configs/experiment/findings/xiong_warmup.yaml)"
     )
+
+
+def test_the_config_reference_is_generated_from_the_dataclasses() -> None:
+    """docs/config.md is what `python scripts/config_reference.py` writes now: a knob added, changed or removed
+    in its dataclass without regenerating the page fails here."""
+    from normlab.config.reference import PAGE, render
+
+    assert (ROOT / PAGE).read_text() == render(), "run python scripts/config_reference.py"
+    for key in (
+        "| `depth` |",
+        "| `max_steps` |",
+        "| `sigma` |",
+        "| `post_fraction` |",
+        "| `n_train_stories` |",
+    ):
+        assert key in render(), key

@@ -1,26 +1,33 @@
-"""`python train.py --help`: the config groups, every knob with the comment above it in configs/, current
-values after overrides, and the presets — generated from the YAML files, so a new knob shows up by itself."""
+"""`python train.py --help`: the config groups, every knob with the text its dataclass field declares and its
+current value after overrides, and the presets — generated from the definitions, so a new knob shows up by
+itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
-import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from omegaconf import open_dict
 
-from normlab.config_help import parse_yaml_comments
+from normlab.config import GROUPS, checked, register
+from normlab.config.compose import compose_config
+from normlab.config.groups import Option, RootConfig, TrainConfig
+from normlab.config.help import preset_about, render_knobs
+from normlab.knobs import knob
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 
 
-def run_help(*args: str, cwd: Path = ROOT) -> str:
+def run_help(*args: str) -> str:
     done = subprocess.run(
-        [sys.executable, str(cwd / "train.py"), *args, "--help"],
-        cwd=cwd,
+        [sys.executable, str(ROOT / "train.py"), *args, "--help"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
@@ -33,31 +40,16 @@ def squash(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
 
-def comments_above_keys(path: Path) -> dict[str, str]:
-    """Top-level `key: value` lines of a group file with the comment line(s) right above them, read with
-    a plain regex (an independent reading of the convention the help relies on)."""
-    out, block = {}, []
-    for line in path.read_text().splitlines():
-        if line.startswith("#"):
-            block.append(line.lstrip("#").strip())
-        elif m := re.match(r"^([a-z][a-z_]*):\s*\S", line):
-            if block and m.group(1) != "name":
-                out[m.group(1)] = block[-1]
-            block = []
-        else:
-            block = []
-    return out
-
-
 @pytest.fixture(scope="module")
 def help_text() -> str:
-    return run_help("model=tiny", "norm=rms")
+    return run_help("model=tiny", "norm=rms", "placement=mixln")
 
 
 def test_help_lists_groups_and_presets(help_text):
     assert "== Config groups (GROUP=OPTION) ==" in help_text
     assert "norm: bn, deepnorm, dyt, ln, none, rms, scalenorm" in help_text
     assert "placement: double, lnscale, mixln, post, pre, reordered, resi_dual" in help_text
+    assert "model: base, small, tiny" in help_text
     presets = help_text.split("== Presets")[1].split("== Flags")[0]
     for path in sorted((CONFIGS / "experiment" / "findings").glob("[!_]*.yaml")):  # _*.yaml: shared bases
         assert re.search(rf"^  findings/{path.stem}\s+Finding \d", presets, re.M), path.stem
@@ -66,51 +58,72 @@ def test_help_lists_groups_and_presets(help_text):
     assert "python train.py --cfg job --resolve" in help_text
 
 
-@pytest.mark.parametrize(
-    "group", ["train/default", "optim/adamw", "norm/rms", "model/tiny", "spikes/default"]
-)
-def test_every_commented_knob_appears_with_its_comment_and_current_value(help_text, group):
+def chosen_classes() -> list[tuple[str, type]]:
+    from normlab.model.norms import RMSNormConfig
+    from normlab.model.placements import MixLNConfig
+
+    classes = [("", RootConfig), ("norm.", RMSNormConfig), ("placement.", MixLNConfig)]
+    defaults = {"data": "tinystories", "logger": "wandb"}  # configs/config.yaml's choices
+    for group in ("model", "schedule", "optim", "train", "data", "metrics", "spikes", "divergence", "logger"):
+        options = GROUPS[group]
+        classes += [(f"{group}.", options[defaults.get(group, next(iter(options)))].config)]
+    return classes
+
+
+@pytest.mark.parametrize(("prefix", "cls"), chosen_classes(), ids=lambda x: getattr(x, "__name__", x))
+def test_every_knob_appears_with_its_text_and_current_value(help_text, prefix, cls):
     knobs = squash(help_text.split("== Knobs")[1].split("== Presets")[0])
-    package = group.split("/")[0]
-    for key, comment in comments_above_keys(CONFIGS / f"{group}.yaml").items():
-        # the comment (its last line here) belongs to this knob: no other knob's "group.key=" in between
-        between = rf"(?:(?!{package}\.\w+=).)*"
-        assert re.search(rf"{package}\.{key}=\S+ {between}{re.escape(squash(comment))}", knobs), (
-            key,
-            comment,
+    for f in dataclasses.fields(cls):
+        if f.name.startswith("_") or (prefix and f.name == "name"):
+            continue
+        text = squash(f.metadata["doc"])
+        assert text, f"{prefix}{f.name} has no help text"
+        # the text belongs to this knob: no other knob's "key=" between the two
+        value = r"(?:(?! [\w.]+=).)*? "
+        assert re.search(rf"(?:^| ){re.escape(prefix + f.name)}={value}{re.escape(text)}", knobs), (
+            prefix,
+            f.name,
         )
     # values are the composed ones, overrides applied: model=tiny and norm=rms above
-    assert "model.d_model=64 " in knobs and "norm.eps=1e-06 " in knobs
+    assert (
+        "model.d_model=64 " in knobs
+        and "norm.eps=1e-06 " in knobs
+        and "placement.post_fraction=0.25 " in knobs
+    )
     assert "model.n_layers=${depth} " in knobs  # interpolations shown as written (--resolve resolves them)
 
 
-def test_a_new_knob_shows_up_without_touching_the_help(tmp_path):
-    shutil.copytree(CONFIGS, tmp_path / "configs")
-    shutil.copy(ROOT / "train.py", tmp_path / "train.py")
-    train_yaml = tmp_path / "configs" / "train" / "default.yaml"
-    train_yaml.write_text(
-        train_yaml.read_text() + "# a knob added for this test, documented here only\nnew_knob: 7\n"
-    )
-    # the configs ship in the package; --config-path points Hydra at the edited copy instead
-    text = squash(run_help("--config-path", str(tmp_path / "configs"), cwd=tmp_path))
-    assert "train.new_knob=7 a knob added for this test, documented here only" in text
+def test_every_option_says_what_it_is():
+    for group, options in GROUPS.items():
+        for name, option in options.items():
+            assert option.about.strip(), f"{group}={name} has nothing for --help to say"
 
 
-def test_comment_conventions():
-    doc = parse_yaml_comments(
-        "# @package _global_\n"
-        "# A header that runs over\n# two lines.\n# null = off\nlimit: 1.5  # trailing note\n"
-        "# consecutive steps\npatience: 50\nnested:\n  # inner knob\n  inner: [1, 2]\n"
-        "defaults:\n  # not a knob\n  - model: tiny\n_target_: x\n"
+def test_a_new_knob_is_one_field(monkeypatch):
+    """A field added to TrainConfig is composed with its default, checked, and listed by --help with its text."""
+
+    @dataclass(frozen=True)
+    class WithNewKnob(TrainConfig):
+        new_knob: int = knob(7, "a knob added for this test, documented here only", ge=0)
+
+    monkeypatch.setitem(GROUPS, "train", {"default": Option(WithNewKnob, "the loop")})
+    register()  # as a new process would, from the (patched) dataclasses
+    try:
+        cfg = compose_config(["data=synthetic", "train.new_knob=3"], hydra=True)
+        assert checked({k: v for k, v in cfg.items() if k != "hydra"})["train"]["new_knob"] == 3
+        with open_dict(cfg):
+            cfg.hydra.runtime.choices = {"train": "default"}
+        assert "train.new_knob=3 a knob added for this test, documented here only" in squash(
+            render_knobs(cfg)
+        )
+    finally:
+        monkeypatch.undo()
+        register()
+
+
+def test_a_presets_description_is_its_first_sentence(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "# @package _global_\n# Finding 9 — Wang et al. 2022: a claim\n# over two lines. More.\nx: 1\n"
     )
-    assert doc.package == "_global_"
-    assert doc.header == "A header that runs over two lines."
-    assert [(k.path, k.comment) for k in doc.knobs] == [
-        ("limit", "null = off trailing note"),
-        ("patience", "consecutive steps"),
-        ("nested.inner", "inner knob"),
-    ]
-    assert (
-        parse_yaml_comments("# LayerNorm: y = x\nname: ln\n# added\neps: 1.0e-5\n").header
-        == "LayerNorm: y = x"
-    )
+    assert preset_about(path) == "Finding 9 — Wang et al. 2022: a claim over two lines."

@@ -194,23 +194,12 @@ def _select(config: DictConfig, key: str) -> str | None:
 # ----------------------------------------------------------------------------------------------------
 
 
-def known_settings() -> list[str]:
-    """Every key a user can set, from the schemas (for "did you mean")."""
-    import dataclasses
-
-    from normlab.config.schema import GROUP_SCHEMAS, RootSchema
-
-    keys = [f.name for f in dataclasses.fields(RootSchema)]
-    for group, schema in GROUP_SCHEMAS.items():
-        for s in schema.values() if isinstance(schema, dict) else (schema,):
-            keys += [f"{group}.{f.name}" for f in dataclasses.fields(s) if not f.name.startswith("_")]
-    return sorted(set(keys))
-
-
 def hydra_sentence(exc: BaseException) -> str | None:
     """One sentence for an error Hydra raises before the job runs, or None if it is not one of those."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
+
+    from normlab.config.groups import settings
 
     text = str(exc).strip()
     if isinstance(exc, MissingConfigException):
@@ -229,7 +218,7 @@ def hydra_sentence(exc: BaseException) -> str | None:
     if isinstance(exc, ConfigCompositionException):
         if m := re.search(r"Could not override '([^']+)'", text):
             key = m.group(1)
-            close = difflib.get_close_matches(key, known_settings(), n=1, cutoff=0.6)
+            close = difflib.get_close_matches(key, settings(), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else "python train.py --help lists every setting."
             return f"{key} is not a setting; {hint}"
         if m := re.search(r"An item is already at '([^']+)'", text):
@@ -312,8 +301,10 @@ def _train(cfg: DictConfig) -> float | None:
 def main() -> None:
     """`normlab-train ...`, `python -m normlab ...` and `python train.py ...`: one Hydra job or sweep, with
     the configs shipped in the package (pkg://normlab.configs)."""
-    from normlab.config_help import register_help_resolver
+    from normlab.config import register
+    from normlab.config.help import register_help_resolver
 
-    register_help_resolver()  # `--help` lists every knob with its comment from configs/
+    register()  # every group's options, from their dataclasses, in Hydra's ConfigStore
+    register_help_resolver()  # `--help` lists every knob with the text its dataclass field declares
     join_torchrun()  # torchrun: one process group and one run directory for all ranks
     guarded(_train)  # Hydra's own errors (unknown option, bad override, bad run dir) as one sentence

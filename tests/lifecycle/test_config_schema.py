@@ -1,4 +1,5 @@
-"""The config schemas: every YAML option passes them, every declared key exists, bad values are refused."""
+"""The config dataclasses: every option of every group passes its check, the composed config holds exactly
+what the dataclasses declare, and bad values are refused with one sentence naming the key."""
 
 from __future__ import annotations
 
@@ -6,71 +7,58 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-import yaml
+from omegaconf import OmegaConf
 
-from normlab.config import checked, register
+from normlab.config import GROUPS, checked, register
 from normlab.config.compose import compose_config
-from normlab.config.schema import GROUP_SCHEMAS, STORE_GROUP, RootSchema
+from normlab.config.groups import RootConfig, config_class
 from normlab.errors import InvalidConfig
+from normlab.metrics.spikes import SpikeConfig
+from normlab.model.norms import DynamicTanhConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-# Keys other work adds (CONTRACTS.md), declared ahead so that their YAML lines are accepted when they land.
-DECLARED_AHEAD = {"model.qk_norm", "optim.z_loss", "train.eval_at_start", "train.compile"}
 
 
 def compose_cfg(*overrides: str):
     return compose_config(["data=synthetic", *overrides])
 
 
-def options(group: str) -> list[str]:
-    """A group's files, those in subfolders by their path (experiment: findings/xiong_warmup)."""
-    folder = CONFIGS / group
+def presets() -> list[str]:
+    """configs/experiment's files, those in subfolders by their path (findings/xiong_warmup)."""
+    folder = CONFIGS / "experiment"
     return sorted(p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
 
 
 @pytest.mark.parametrize(
     "override",
-    [
-        f"{g}={o}"
-        for g in (
-            "model",
-            "norm",
-            "placement",
-            "schedule",
-            "optim",
-            "train",
-            "metrics",
-            "spikes",
-            "divergence",
-            "logger",
-            "data",
-        )
-        for o in options(g)
-    ]
-    + [f"+experiment={o}" for o in options("experiment")],
+    [f"{g}={o}" for g, options in GROUPS.items() for o in options] + [f"+experiment={o}" for o in presets()],
 )
-def test_every_option_in_configs_passes_the_schemas(override):
+def test_every_option_passes_its_check(override):
     extra = ["placement=post"] if override == "norm=deepnorm" else []
     extra += ["data.path=corpus/"] if override == "data=text" else []
     cfg = checked(compose_cfg(override, *extra))
     assert cfg["depth"] >= 1
 
 
-def yaml_keys() -> set[str]:
-    keys = set(yaml.safe_load((CONFIGS / "config.yaml").read_text())) - {"defaults", "hydra"}
-    for group in GROUP_SCHEMAS:
-        for path in (CONFIGS / group).glob("*.yaml"):
-            keys |= {f"{group}.{k}" for k in (yaml.safe_load(path.read_text()) or {}) if k != "defaults"}
-    return keys
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_each_composed_group_holds_exactly_its_dataclass_fields_and_defaults(group):
+    """What Hydra composes for `GROUP=OPTION` is the option's class defaults (with the option's own
+    changes): no key the class does not declare, none it declares missing."""
+    for name, option in GROUPS[group].items():
+        extra = ["data.path=x"] if (group, name) == ("data", "text") else []
+        node = compose_cfg(f"{group}={name}", *extra)[group]
+        values = OmegaConf.to_container(node, resolve=False)
+        cls = config_class(group, values)
+        assert list(values) == [f.name for f in dataclasses.fields(cls)], (group, name)
+        assert {k: v for k, v in values.items() if k != "path"} == {
+            k: v for k, v in option.values().items() if k != "path"
+        }
 
 
-def test_every_declared_key_is_in_a_yaml_file():
-    declared = {f.name for f in dataclasses.fields(RootSchema)}
-    for group, schema in GROUP_SCHEMAS.items():
-        for s in schema.values() if isinstance(schema, dict) else (schema,):
-            declared |= {f"{group}.{f.name}" for f in dataclasses.fields(s)}
-    assert declared - yaml_keys() <= DECLARED_AHEAD  # nothing declared that no YAML sets, but those
-    assert yaml_keys() <= declared  # and every YAML key is declared (else every run would be invalid)
+def test_the_top_level_is_the_root_dataclass():
+    cfg = OmegaConf.to_container(compose_cfg(), resolve=False)
+    top = {k: v for k, v in cfg.items() if k not in GROUPS}
+    assert top == RootConfig.defaults()
 
 
 def test_values_are_converted_to_their_declared_types():
@@ -113,24 +101,78 @@ def test_a_broken_reference_is_invalid_not_a_crash():
         checked(compose_cfg("name=${nope}"))
 
 
-def test_the_schemas_are_in_hydras_config_store():
+def test_the_options_are_in_hydras_config_store():
     from hydra.core.config_store import ConfigStore
 
-    register()  # also done on import; idempotent
-    node = ConfigStore.instance().load(f"{STORE_GROUP}/train.yaml").node
-    assert {"batch_size", "precision", "resume"} <= set(node.keys())
-    assert "val_fraction" in set(ConfigStore.instance().load(f"{STORE_GROUP}/data_text.yaml").node.keys())
+    register()  # idempotent
+    node = ConfigStore.instance().load("norm/dyt.yaml").node
+    assert OmegaConf.to_container(node) == DynamicTanhConfig.defaults()
+    assert "val_fraction" in ConfigStore.instance().load("data/text.yaml").node
 
 
-def test_the_check_survives_a_replaced_config_store(monkeypatch):
-    """Hydra's joblib launcher hands each job the parent's ConfigStore, which never imported the schemas."""
+def test_the_check_needs_no_config_store(monkeypatch):
+    """A joblib worker may be handed a ConfigStore that never saw normlab's nodes: checking does not read it."""
     from hydra.core.config_store import ConfigStore
 
-    monkeypatch.delitem(ConfigStore.instance().repo, STORE_GROUP)
-    assert checked(compose_cfg())["train"]["batch_size"] >= 1
+    cfg = compose_cfg()
+    for group in GROUPS:
+        monkeypatch.delitem(ConfigStore.instance().repo, group)
+    assert checked(cfg)["train"]["batch_size"] >= 1
+
+
+def test_a_config_built_in_code_is_checked_too():
+    with pytest.raises(InvalidConfig) as info:
+        SpikeConfig(sigma=0)
+    assert str(info.value) == "spikes.sigma=0 is not allowed; spikes.sigma takes a finite number > 0."
+    assert SpikeConfig.from_config(window=20).window == 20
+
+
+def test_a_group_given_as_values_is_converted_and_checked_as_a_command_line_is():
+    """`from_config` types a group's values as `checked` does (what a library caller or an old run's config
+    passes may hold strings); a value that is not of the type is refused with the same sentence."""
+    typed = SpikeConfig.from_config({"window": "20", "sigma": 6, "not_a_knob": 1})
+    assert (typed.window, typed.sigma) == (20, 6.0) and isinstance(typed.sigma, float)
+    with pytest.raises(InvalidConfig) as info:
+        SpikeConfig.from_config({"window": "abc"})
+    assert str(info.value) == "spikes.window=abc is not allowed; spikes.window takes a whole number ≥ 0."
+
+
+def test_a_knob_of_another_norm_is_refused_except_deepnorms_base():
+    with pytest.raises(InvalidConfig, match=r"^norm\.momentum is not a setting; "):
+        checked(compose_cfg("norm=rms", "+norm.momentum=0.2"))
+    cfg = checked(compose_cfg("norm=deepnorm", "placement=post", "norm.base=dyt", "+norm.alpha_init=0.7"))
+    assert cfg["norm"]["alpha_init"] == 0.7
+    with pytest.raises(InvalidConfig, match=r"^norm\.alpha_init=-1 is not allowed"):
+        checked(compose_cfg("norm=deepnorm", "placement=post", "norm.base=dyt", "+norm.alpha_init=-1"))
 
 
 def test_min_history_above_the_window_is_invalid():
     with pytest.raises(InvalidConfig, match=r"spikes\.min_history=20 is above spikes\.window=10.*\.$"):
         checked(compose_cfg("spikes.window=10", "spikes.min_history=20"))
     checked(compose_cfg("spikes.window=0", "spikes.min_history=20"))  # detector off: no constraint
+
+
+def test_every_schedule_option_is_a_decay_the_loop_implements():
+    from normlab.config.groups import SCHEDULES
+    from normlab.train.schedule import DECAYS
+
+    assert list(SCHEDULES) == list(DECAYS)
+
+
+def test_a_yaml_preset_of_a_group_composes_over_its_dataclass_option(tmp_path):
+    """YAML stays the place for presets: a file `model/NAME.yaml` that starts from an option the dataclasses
+    define and changes a few knobs is a new option of the group, checked like any other."""
+    import shutil
+
+    from normlab.configs import CONFIG_DIR
+
+    config_dir = tmp_path / "configs"
+    shutil.copytree(CONFIG_DIR, config_dir, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    (config_dir / "model").mkdir()
+    (config_dir / "model" / "wide.yaml").write_text(
+        "defaults:\n  - small\n  - _self_\nd_model: 256\nn_heads: 8\n"
+    )
+    cfg = checked(compose_config(["data=synthetic", "model=wide"], config_dir=config_dir))
+    assert (cfg["model"]["d_model"], cfg["model"]["n_heads"], cfg["model"]["context_length"]) == (256, 8, 128)
+    with pytest.raises(InvalidConfig, match=r"^model\.n_heads=0 is not allowed"):
+        checked(compose_config(["data=synthetic", "model=wide", "model.n_heads=0"], config_dir=config_dir))

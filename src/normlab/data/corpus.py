@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from normlab.errors import UserError
 
 from . import cache
-from .sources import Source, SyntheticSource, positive_int, with_defaults
+from .sources import Source, SyntheticSource, data_config, optional_int
 from .tokenizer import EOT, decode_text, load_tokenizer_file, train_bpe
 
 log = logging.getLogger(__name__)
@@ -87,10 +87,10 @@ def tokenizer_spec(cfg: dict[str, Any]) -> dict[str, Any]:
         p = cache.absolute(path)
         load_tokenizer_file(p)  # a clear error now for a missing or unreadable file
         return {"file_sha256": cache.sha256_file(p)}
-    cfg = with_defaults(cfg, cfg.get("name") or "synthetic")  # the tokenizer keys are alike in every option
+    typed = data_config(cfg, cfg.get("name") or "synthetic")  # the tokenizer keys are alike in every option
     return {
-        "bpe_vocab_size": positive_int(cfg, "vocab_size"),
-        "train_stories": positive_int(cfg, "tokenizer_train_stories", allow_null=True),
+        "bpe_vocab_size": int(typed.vocab_size),
+        "train_stories": optional_int(typed.tokenizer_train_stories),
     }
 
 

@@ -16,8 +16,9 @@ from urllib.parse import urlparse
 
 from normlab.errors import UserError
 
+from .config import TinyStoriesData
 from .local import OFFICIAL_TXT, SEPARATOR, read_txt
-from .sources import Source, positive_int, with_defaults
+from .sources import Source, data_config, optional_int
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +82,16 @@ class HubSource(Source):
 
     name = "tinystories"
 
-    def __init__(self, cfg: dict[str, Any], version: str, progress: bool) -> None:
-        cfg = with_defaults(cfg, self.name)
-        self.hub_id = str(cfg["hub_id"])
-        self.revision = str(cfg["revision"])
+    def __init__(self, cfg: TinyStoriesData, version: str, progress: bool) -> None:
+        cfg = data_config(cfg, self.name)
+        self.hub_id = str(cfg.hub_id)
+        self.revision = str(cfg.revision)
         self.version = version
-        self.max_train = positive_int(cfg, "max_train_stories", allow_null=True)
-        self.max_val = positive_int(cfg, "max_val_stories", allow_null=True)
+        self.max_train = optional_int(cfg.max_train_stories)
+        self.max_val = optional_int(cfg.max_val_stories)
         self.n_train, self.n_val = self.max_train, self.max_val
         self.progress = progress
-        self.text_field = str(cfg["text_field"])
+        self.text_field = str(cfg.text_field)
         self._offline: bool | None = None
         self._paths: dict[str, Path] = {}
         self._datasets: dict[str, Any] = {}

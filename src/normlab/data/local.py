@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,8 @@ from typing import Any
 from normlab.errors import UserError
 
 from .cache import absolute
-from .sources import Source, positive_int, with_defaults
+from .config import DataConfig
+from .sources import Source, data_config, optional_int
 
 log = logging.getLogger(__name__)
 
@@ -240,11 +241,11 @@ def find_layout(root: Path, *, versions: Sequence[str] = (), allow_plain_txt: bo
     return None
 
 
-def resolve_path(cfg: dict[str, Any]) -> Path:
-    root = absolute(cfg["path"])
+def resolve_path(cfg: DataConfig) -> Path:
+    root = absolute(cfg.path)
     if not root.exists():
         raise UserError(
-            f"data.path={cfg['path']} does not exist ({root}); point data.path at your copy of the data."
+            f"data.path={cfg.path} does not exist ({root}); point data.path at your copy of the data."
         )
     return root
 
@@ -264,25 +265,25 @@ def listing(files: Iterable[Path], root: Path, limit: int = 6) -> str:
 
 class FileSource(Source):
     """Documents from local files; validation from the validation files, or every k-th document (k from
-    `val_fraction`). `cfg` is the data group with its YAML defaults filled in (`with_defaults`), as
-    `normlab.data.tinystories` and `text_source` pass it."""
+    `val_fraction`). `cfg` is the data group's typed config (`data_config`), as `normlab.data.tinystories`
+    and `text_source` pass it."""
 
     def __init__(
         self,
         name: str,
         root: Path,
         layout: Layout,
-        cfg: dict[str, Any],
+        cfg: DataConfig,
         *,
         val_fraction: float | None,
     ) -> None:
         self.name = name
         self.root = root
         self.layout = layout
-        self.text_field = str(cfg["text_field"])
-        self.separator = SEPARATOR if name == "tinystories" else (cfg["separator"] or None)
-        self.max_train = positive_int(cfg, "max_train_stories", allow_null=True)
-        self.max_val = positive_int(cfg, "max_val_stories", allow_null=True)
+        self.text_field = str(cfg.text_field)
+        self.separator = SEPARATOR if name == "tinystories" else (cfg.separator or None)
+        self.max_train = optional_int(cfg.max_train_stories)
+        self.max_val = optional_int(cfg.max_val_stories)
         self.val_every = None if layout.val else max(2, round(1 / float(val_fraction)))
         self.n_train = self.max_train
         self.n_val = self.max_val
@@ -344,9 +345,9 @@ def _parquet_rows(paths: list[Path]) -> int:
         return 0
 
 
-def text_source(cfg: dict[str, Any]) -> Source:
-    cfg = with_defaults(cfg, "text")
-    if not cfg.get("path"):
+def text_source(cfg: DataConfig | Mapping[str, Any]) -> Source:
+    cfg = data_config(cfg, "text")
+    if not cfg.path:
         raise UserError(
             "data=text needs a corpus: set data.path=FILE_OR_DIR (.txt, .jsonl or .parquet files)."
         )
@@ -357,7 +358,7 @@ def text_source(cfg: dict[str, Any]) -> Source:
             f"No corpus files found under data.path={root}: looked for .txt, .jsonl or .parquet files, but "
             f"{listing(walk_files(root), root)}; point data.path at a file or folder of those."
         )
-    val_path = cfg.get("val_path")
+    val_path = cfg.val_path
     if val_path:
         vroot = absolute(val_path)
         vfiles = (
@@ -371,7 +372,5 @@ def text_source(cfg: dict[str, Any]) -> Source:
                 "validation file or folder."
             )
         layout.val = vfiles
-    fraction = float(cfg["val_fraction"])
-    if not 0 < fraction < 1:
-        raise UserError(f"data.val_fraction={fraction} is not between 0 and 1; set it to e.g. 0.01.")
+    fraction = float(cfg.val_fraction)  # in (0, 1): TextData's rule
     return FileSource("text", root, layout, cfg, val_fraction=fraction)

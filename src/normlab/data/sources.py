@@ -11,9 +11,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from normlab.configs import group_defaults
-
 from .cache import progress_enabled
+from .config import DATA, DataConfig
 from .synthetic import GENERATOR_VERSION, TRAIN_STREAM, VAL_STREAM, generate_story
 
 
@@ -43,27 +42,16 @@ class Source:
         before a cache build starts, so that its one sentence comes before any "building" line."""
 
 
-def with_defaults(cfg: Mapping[str, Any], option: str) -> dict[str, Any]:
-    """`cfg` (a `data` group, possibly partial) over configs/data/OPTION.yaml: the keys it leaves out take
-    the YAML's values, their one place."""
-    return {**group_defaults("data", option), **cfg}
+def data_config(cfg: DataConfig | Mapping[str, Any], option: str) -> DataConfig:
+    """`cfg` (a `data` group, possibly partial, or already its typed config) as OPTION's config
+    (normlab.data.config): the keys it leaves out take their defaults there, and a value outside its rule is
+    InvalidConfig naming the key."""
+    return DATA[option].of(cfg)
 
 
-def positive_int(cfg: Mapping[str, Any], key: str, *, allow_null: bool = False) -> Any:
-    from normlab.errors import UserError
-
-    value = cfg.get(key)
-    if value is None and allow_null:
-        return None
-    try:
-        ivalue = int(value)
-        ok = ivalue > 0 and float(value) == ivalue
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        hint = " or null" if allow_null else ""
-        raise UserError(f"data.{key}={value} is not valid; set data.{key} to a positive integer{hint}.")
-    return ivalue
+def optional_int(value: Any) -> int | None:
+    """A count the config declares as a whole number or null (checked by its rule), as an int or None."""
+    return None if value is None else int(value)
 
 
 class SyntheticSource(Source):
@@ -75,11 +63,11 @@ class SyntheticSource(Source):
 
     name = "synthetic"
 
-    def __init__(self, cfg: dict[str, Any], progress: bool = True) -> None:
-        cfg = with_defaults(cfg, self.name)
-        self.n_train = positive_int(cfg, "n_train_stories")
-        self.n_val = positive_int(cfg, "n_val_stories")
-        self.seed = int(cfg["corpus_seed"])
+    def __init__(self, cfg: DataConfig | Mapping[str, Any], progress: bool = True) -> None:
+        cfg = data_config(cfg, self.name)
+        self.n_train = int(cfg.n_train_stories)
+        self.n_val = int(cfg.n_val_stories)
+        self.seed = int(cfg.corpus_seed)
         self.progress = progress
         self._train: list[str] | None = None
         self._val: list[str] | None = None

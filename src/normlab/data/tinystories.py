@@ -5,40 +5,29 @@ version (`data.version`), in one sentence on the console. The files on disk are 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from normlab.errors import UserError
 
+from .config import DataConfig
 from .hub import HubSource
 from .local import OFFICIAL_TXT, FileSource, Layout, find_layout, listing, resolve_path, walk_files
-from .sources import Source, with_defaults
+from .sources import Source, data_config
 
 log = logging.getLogger(__name__)
-
-
-def _version(cfg: dict[str, Any]) -> str | None:
-    """data.version, checked: v1, v2, or None (recognised from the files; the Hub's default is v2)."""
-    if cfg.get("version") is None:
-        return None
-    version = str(cfg["version"]).lower()
-    if version not in OFFICIAL_TXT:
-        raise UserError(
-            f"data.version={cfg.get('version')} is not a TinyStories version; set data.version=v1 or v2, or "
-            "leave it out to have it recognised from the file names."
-        )
-    return version
 
 
 HUB_DEFAULT_VERSION = "v2"
 
 
-def tinystories_source(cfg: dict[str, Any], progress: bool = True) -> Source:
+def tinystories_source(cfg: DataConfig | Mapping[str, Any], progress: bool = True) -> Source:
     """TinyStories from `data.path` (the official V2 or V1 text files recognised by their names, V2 where
     both are there, `data.version` to choose; or parquet / JSON lines named by split), else from the Hub."""
-    cfg = with_defaults(cfg, "tinystories")
-    version = _version(cfg)
-    if not cfg.get("path"):
+    cfg = data_config(cfg, "tinystories")
+    version = cfg.version  # v1, v2 (TinyStoriesData's choices), or None: recognised from the files
+    if not cfg.path:
         return HubSource(cfg, version or HUB_DEFAULT_VERSION, progress)
     root = resolve_path(cfg)
     versions = (version,) if version else ("v2", "v1")

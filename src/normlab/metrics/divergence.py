@@ -10,24 +10,20 @@ Two rules, checked on every row in step order:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Optional
 
-from normlab.configs import from_group
+from normlab.knobs import Knobs, knob
 
 
 @dataclass(frozen=True)
-class DivergenceConfig:
-    """The `divergence` config group; its defaults and their comments are in configs/divergence/default.yaml."""
+class DivergenceConfig(Knobs):
+    """A run is diverged (status: diverged, exit 0) on a non-finite loss or gradient norm, or when the loss
+    stays above `max_loss_ratio` × the step-0 loss for `patience` consecutive steps."""
 
-    max_loss_ratio: float | None  # null/0 = only the non-finite rule
-    patience: int  # consecutive steps above max_loss_ratio × initial loss
-
-    @classmethod
-    def from_config(cls, values: Mapping[str, Any] | None = None, **changes: Any) -> DivergenceConfig:
-        """From a composed config's `divergence` group (None: the YAML defaults), with `changes` applied."""
-        return from_group(cls, "divergence", values, **changes)
+    GROUP: ClassVar[str] = "divergence"
+    max_loss_ratio: Optional[float] = knob(1.5, "null = only the non-finite rule", gt=0)  # noqa: UP045 (OmegaConf)
+    patience: int = knob(50, "consecutive steps above that limit", ge=1)
 
 
 class DivergenceRule:

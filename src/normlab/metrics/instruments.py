@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from normlab.configs import from_group
+from normlab.knobs import Knobs, knob
 from normlab.metrics import names
 from normlab.metrics.activations import ActivationCapture, LogitStats
 from normlab.metrics.embedding import effective_rank, token_embedding
@@ -30,22 +30,43 @@ from normlab.model.placements import normalises_stream
 
 
 @dataclass(frozen=True)
-class InstrumentConfig:
-    """The `metrics` config group; its defaults and their comments are in configs/metrics/default.yaml."""
+class InstrumentConfig(Knobs):
+    """Measurements beyond the per-step loss / lr / grad norms (docs/metrics.md lists every name)."""
 
-    enabled: bool  # false: the bare loop (loss, lr, grad norms only)
-    every: int  # instrumented steps: step % every == 0 (0 = only step 0 and the dense steps)
-    dense_until: int  # ... and every step ≤ dense_until (0 = none beyond step 0)
-    histogram_every: int  # gradient histograms every `every × histogram_every` steps (0 = never)
-    histogram_bins: int
-    model_update: bool | str  # true | false | auto (see `wants_model_update`)
-    probe_batch: int  # sequences in the model-update probe batch
-    layer_ablation: bool  # the loss with each block skipped, at every evaluation (metrics.ablation)
-
-    @classmethod
-    def from_config(cls, values: Mapping[str, Any] | None = None, **changes: Any) -> InstrumentConfig:
-        """From a composed config's `metrics` group (None: the YAML defaults), with `changes` applied."""
-        return from_group(cls, "metrics", values, **changes)
+    GROUP: ClassVar[str] = "metrics"
+    enabled: bool = knob(
+        True,
+        "false = the bare loop: only loss, lr, grad_norm, clipped, tokens_per_s; no spikes (the overhead baseline)",
+    )
+    every: int = knob(
+        10,
+        "instrumented steps (parameter norms, update ratios, activation RMS, attention and output logits, model "
+        "update): every this many steps, and always step 0; 0 = step 0 only (and the dense steps below)",
+        ge=0,
+    )
+    dense_until: int = knob(
+        20,
+        "... and at EVERY step up to and including this one: instabilities (Post-LN's exploding first updates, "
+        "early loss spikes) live in the first steps, which a sparse `every` would skip; 0 = off. Costs about one "
+        'extra forward per dense step with the model update, hooks otherwise (docs/metrics.md, "Cost")',
+        ge=0,
+    )
+    histogram_every: int = knob(
+        10, "per-layer gradient histograms (W&B only) every `every × histogram_every` steps; 0 = off", ge=0
+    )
+    histogram_bins: int = knob(64, "bins of each histogram", ge=1)
+    model_update: Any = knob(
+        "auto",
+        "DeepNet's ‖F(x, θ_t) − F(x, θ_0)‖ on a fixed probe batch: auto (runs where a block normalises the "
+        "residual stream itself: post and deepnorm, mixln with a Post-LN block, resi_dual) | true | false",
+        choices=("auto", True, False),
+    )
+    probe_batch: int = knob(4, "sequences in that probe batch (validation windows, the same all run)", ge=1)
+    layer_ablation: bool = knob(
+        False,
+        "layer importance at every evaluation: the validation loss with each block skipped (identity), logged as "
+        "layer_ablation/layer_i; costs about (depth − 1)/2 evaluations more (false = off)",
+    )
 
     def instrumented(self, step: int) -> bool:
         return step <= self.dense_until or (self.every > 0 and step % self.every == 0)

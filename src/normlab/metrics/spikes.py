@@ -36,27 +36,31 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from normlab.configs import from_group
+from normlab.knobs import Knobs, knob
 
 
 @dataclass(frozen=True)
-class SpikeConfig:
-    """The `spikes` config group; its defaults and their comments are in configs/spikes/default.yaml."""
+class SpikeConfig(Knobs):
+    """Spike rule (docs/metrics.md, "Loss spikes"; OLMo's 6σ rule on a detrended series, from the first steps): a loss or
+    grad_norm value is a spike when its ratio to the median of the `trend` values before it is more than
+    `sigma` standard deviations above the mean of the previous `window` such ratios, once `min_history`
+    ratios exist (the first tested step is trend + min_history: summary.json's spike_watch_start)."""
 
-    window: int  # previous detrended values the mean and std are taken over (0 = detector off)
-    sigma: float  # standard deviations above that mean that make a spike
-    trend: int  # previous raw values whose median a value is divided by
-    min_history: int  # detrended values needed before the first test (≤ window)
-    history: int  # steps of per-layer metrics and batch positions kept for spikes/step_{n}.json
-
-    @classmethod
-    def from_config(cls, values: Mapping[str, Any] | None = None, **changes: Any) -> SpikeConfig:
-        """From a composed config's `spikes` group (None: the YAML defaults), with `changes` applied."""
-        return from_group(cls, "spikes", values, **changes)
+    GROUP: ClassVar[str] = "spikes"
+    window: int = knob(
+        100, "previous ratios the mean and standard deviation are taken over (0 = detector off)", ge=0
+    )
+    sigma: float = knob(6.0, "standard deviations above that mean", gt=0)
+    trend: int = knob(5, "previous values whose median each value is divided by (the detrending)", ge=1)
+    min_history: int = knob(10, "ratios needed before the first test (2 ≤ min_history ≤ window)", ge=2)
+    history: int = knob(
+        50,
+        "steps of per-layer metrics and batch positions written to spikes/step_{n}.json when a spike fires",
+        ge=0,
+    )
 
     @property
     def watch_start(self) -> int | None:

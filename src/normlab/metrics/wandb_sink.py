@@ -18,10 +18,12 @@ import logging
 import netrc
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Optional
 from urllib.parse import urlparse
 
+from normlab.knobs import Knobs, knob
 from normlab.metrics import names
 from normlab.metrics.histograms import Histogram
 from normlab.metrics.sinks import RowSink
@@ -31,6 +33,51 @@ log = logging.getLogger("normlab")
 MODES = ("auto", "online", "offline", "disabled")
 # config groups whose choice is named by their `name` key: logged as `norm: ln` so W&B can group by it
 NAMED_GROUPS = ("norm", "placement", "schedule", "data", "logger")
+
+
+@dataclass(frozen=True)
+class LoggerConfig(Knobs):
+    """no external logger: metrics.jsonl and summary.json in the run directory only"""
+
+    GROUP: ClassVar[str] = "logger"
+    name: str = knob("none", "the logger (logger=NAME)", choices=lambda: tuple(LOGGERS))
+
+
+@dataclass(frozen=True)
+class WandbConfig(LoggerConfig):
+    """Weights & Biases, on top of metrics.jsonl (which stays the source of truth; a W&B failure never stops
+    training). Files go to RUN_DIR/wandb/. Without credentials the run is logged offline: `wandb sync` later."""
+
+    name: str = knob("wandb", "the logger (logger=NAME)", choices=lambda: tuple(LOGGERS))
+    project: str = knob("normlab", "W&B project")
+    entity: Optional[str] = knob(None, "W&B entity (null = your default entity)")  # noqa: UP045 (OmegaConf)
+    mode: str = knob(
+        "auto",
+        "auto (online with credentials, offline without) | online | offline | disabled; WANDB_MODE overrides",
+        choices=MODES,
+    )
+    job_type: Optional[str] = knob(  # noqa: UP045
+        None,
+        "W&B job type; null = the variant: what the sweep varies except the seed (`ln, pre`), or norm, placement, "
+        "depth and warmup for a single run, so the W&B runs table groups a variant's seeds by job type",
+    )
+    tags: list[str] = knob(
+        [], "extra W&B tags (norm, placement, depth, warmup and experiment are always tagged)"
+    )
+    init_timeout: float = knob(
+        30, "seconds wandb.init may wait (for the network) before falling back to offline", gt=0
+    )
+    system_stats: bool = knob(
+        False, "sample CPU/GPU/memory usage into the run (costs a little CPU on small machines)"
+    )
+    finish_timeout: float = knob(
+        120,
+        "seconds wandb.finish may spend uploading at the end of an online run (the rest stays for `wandb sync`)",
+        ge=0,
+    )
+
+
+LOGGERS: dict[str, type[LoggerConfig]] = {"none": LoggerConfig, "wandb": WandbConfig}
 
 
 def has_credentials(base_url: str, env: Mapping[str, str] = os.environ) -> bool:
@@ -215,7 +262,7 @@ class WandbSink(RowSink):
     def open(cls, cfg: Mapping[str, Any], run_dir: Path, group: str) -> WandbSink | None:
         """A sink that starts the W&B run (online, else offline) with the first metrics row, or None with
         one line saying why W&B is off. The mode is decided now, so a bad `logger.mode` is reported first."""
-        lcfg = cfg["logger"]
+        lcfg = WandbConfig.of(cfg["logger"])
         try:
             import wandb
         except ImportError as e:  # a dependency, but one whose own imports (protobuf, ...) can break
@@ -227,13 +274,13 @@ class WandbSink(RowSink):
             return None
         try:
             base_url = wandb.Settings().base_url  # the server W&B would use (WANDB_BASE_URL or its default)
-            mode = resolve_mode(lcfg["mode"], base_url)
+            mode = resolve_mode(lcfg.mode, base_url)
         except Exception as e:
             log.warning("W&B off: %s", e)
             return None
         if mode == "disabled":
             return None
-        job_type = lcfg["job_type"] or variant_name(cfg, swept_keys(), hydra_choices())
+        job_type = lcfg.job_type or variant_name(cfg, swept_keys(), hydra_choices())
 
         def start() -> Any:
             run = None
@@ -256,19 +303,19 @@ class WandbSink(RowSink):
     def _init(
         wandb: Any, cfg: Mapping[str, Any], run_dir: Path, group: str, mode: str, job_type: str = "train"
     ) -> Any:
-        lcfg = cfg["logger"]
+        lcfg = WandbConfig.of(cfg["logger"])
         settings = wandb.Settings(
             mode=mode,
-            init_timeout=float(lcfg["init_timeout"]),
-            finish_timeout=float(lcfg["finish_timeout"]),
-            x_disable_stats=not lcfg["system_stats"],
+            init_timeout=float(lcfg.init_timeout),
+            finish_timeout=float(lcfg.finish_timeout),
+            x_disable_stats=not lcfg.system_stats,
             console="off",  # leave stdout/stderr (and the progress bar) alone
             silent=True,  # we print the one line that matters ourselves
             reinit="finish_previous",  # jobs of a multirun in one process each get their own run
         )
         run = wandb.init(
-            project=lcfg["project"],
-            entity=lcfg["entity"],
+            project=lcfg.project,
+            entity=lcfg.entity,
             name=cfg["name"],
             group=group,
             job_type=job_type,

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab.model.config import ModelConfig
 from normlab.model.norms import NORMS, build_norm, build_qk_norm, norm_spec
 from normlab.model.placements import PLACEMENTS, Slots, placement_spec
 from normlab.model.variant import INITS, POSITIONS, InvalidVariant, Spec, check_heads, check_variant
@@ -188,7 +189,7 @@ class GPT(nn.Module):
     """Token ids (batch, time) → logits (batch, time, vocab_size).
 
     `norm` and `placement` are the resolved `norm` and `placement` config groups (mappings with at least
-    `name`; a bare name, or a group without some knobs, takes the rest from configs/GROUP/NAME.yaml). Each
+    `name`; a bare name, or a group without some knobs, takes the rest from its config's defaults). Each
     block gets its slots from the placement (`PLACEMENTS[name].slots(i, n_layers, placement)`).
     `embed_scale` multiplies token embeddings: a number, or "sqrt_d" for √d_model. `qk_norm` (none, or a
     per-vector norm of NORMS) normalises each attention head's queries and keys (CausalSelfAttention).
@@ -203,14 +204,14 @@ class GPT(nn.Module):
         n_layers: int,
         norm: Spec,
         placement: Spec,
-        dropout: float = 0.0,
-        bias: bool = True,
-        pos: str = "learned",
-        tie_embeddings: bool = True,
-        init: str = "gpt2",
-        embed_scale: float | str = 1.0,
-        ffn_mult: int = 4,
-        qk_norm: str = "none",
+        dropout: float = ModelConfig.dropout,
+        bias: bool = ModelConfig.bias,
+        pos: str = ModelConfig.pos,
+        tie_embeddings: bool = ModelConfig.tie_embeddings,
+        init: str = ModelConfig.init,
+        embed_scale: float | str = ModelConfig.embed_scale,
+        ffn_mult: int = ModelConfig.ffn_mult,
+        qk_norm: str = ModelConfig.qk_norm,
     ) -> None:
         super().__init__()
         check_variant(norm, placement, qk_norm)

@@ -1,8 +1,10 @@
 """Normalization layers, registered by the name users type (`norm=ln`).
 
-Adding a norm type is one entry in NORMS: a factory `(d_model, spec, context_length) -> nn.Module`, and a
-symbol for the block formula. `spec` is the resolved `norm` config group (a plain dict); context_length
-is the longest sequence the model accepts (BatchNorm keeps statistics per position).
+Adding a norm type is one entry in NORMS: its config (a dataclass whose fields are the `norm.*` knobs, with
+their defaults and help text, and whose docstring `--help` shows), a factory
+`(d_model, spec, context_length) -> nn.Module`, and a symbol for the block formula. `spec` is the resolved
+`norm` config group (a plain dict); context_length is the longest sequence the model accepts (BatchNorm
+keeps statistics per position).
 """
 
 from __future__ import annotations
@@ -10,13 +12,119 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.configs import group_defaults
+from normlab.knobs import Knobs, knob
+
+
+def _name(name: str) -> Any:
+    return knob(name, "the norm type (norm=NAME)", choices=lambda: tuple(NORMS))
+
+
+@dataclass(frozen=True)
+class NormConfig(Knobs):
+    """The `norm` config group: the norm's name, then its own knobs (one subclass per norm type)."""
+
+    GROUP: ClassVar[str] = "norm"
+    name: str = _name("ln")
+
+
+@dataclass(frozen=True)
+class NoNormConfig(NormConfig):
+    """No normalization (identity in every slot): the control."""
+
+    name: str = _name("none")
+
+
+@dataclass(frozen=True)
+class LayerNormConfig(NormConfig):
+    """LayerNorm: y = (x − mean) / sqrt(var + eps) · g + b"""
+
+    name: str = _name("ln")
+    eps: float = knob(1e-5, "added to the variance", gt=0)
+    bias: bool = knob(True, "learnable bias b (false = gain only)")
+
+
+@dataclass(frozen=True)
+class RMSNormConfig(NormConfig):
+    """RMSNorm: y = x / sqrt(mean(x²) + eps) · g, statistics in float32 (Zhang & Sennrich 2019)"""
+
+    name: str = _name("rms")
+    eps: float = knob(1e-6, "added to the mean square", gt=0)
+
+
+@dataclass(frozen=True)
+class BatchNormConfig(NormConfig):
+    """BatchNorm over features with per-position batch statistics (never pooled over time, so it stays
+    causal); eval mode uses per-position running statistics, a (model.context_length, d_model) buffer."""
+
+    name: str = _name("bn")
+    eps: float = knob(1e-5, "added to the variance", gt=0)
+    momentum: float = knob(
+        0.1, "weight of the newest batch in each position's running mean / variance", ge=0, le=1
+    )
+    bias: bool = knob(True, "learnable bias")
+    sync: bool = knob(
+        False,
+        "under torchrun: normalise with the global batch's statistics (all ranks, all-reduced per position, as "
+        "SyncBatchNorm); false = each rank's own batch, as DistributedDataParallel leaves BatchNorm. Part of "
+        "the BN comparison: with false, an N-rank run's BN sees batch_size sequences, not the global batch",
+    )
+
+
+@dataclass(frozen=True)
+class DeepNormConfig(NormConfig):
+    """DeepNorm (Wang et al. 2022): x ← Norm(α·x + F(x)), α = (2N)^¼ for N blocks; the block's projections
+    Xavier-normal with gain β = (8N)^-¼ on value, output and feed-forward weights and gain 1 on query and
+    key, whatever model.init says (embeddings keep model.init's rule). Norm is LayerNorm as in the paper, or
+    the norm.base one. Defined for placement=post only."""
+
+    name: str = _name("deepnorm")
+    base: str = knob(
+        "ln",
+        "the norm: ln (the paper) | rms | bn | dyt | scalenorm, with that norm's own defaults for the knobs "
+        "not set here (+norm.KEY=VALUE sets another knob of that norm)",
+        choices=lambda: DEEPNORM_BASES,
+    )
+    eps: float = knob(
+        1e-5,
+        "the norm's eps (LayerNorm and RMSNorm: added to the variance; ScaleNorm: lower bound on ‖x‖)",
+        gt=0,
+    )
+    bias: bool = knob(True, "the norm's bias (LayerNorm, BatchNorm, DyT)")
+
+    @classmethod
+    def extra_keys(cls, values: Mapping[str, Any]) -> type | None:
+        """Keys of the base norm's config are accepted too: they reach that norm (`base_spec`)."""
+        base = NORMS.get(str(values.get("base", cls.base)))
+        return base.config if base is not None else None
+
+
+@dataclass(frozen=True)
+class DynamicTanhConfig(NormConfig):
+    """Dynamic Tanh (Zhu et al. 2025, Transformers without Normalization): y = γ·tanh(α·x) + β, α one
+    learnable scalar, γ and β per feature; no statistics (jiachenzhu/DyT, dynamic_tanh.py). For LLaMA the
+    authors tune α's init per slot and width (their LLaMA README: 7B attention 0.8 / FFN and final 0.2, 13B
+    0.6 / 0.15, 34B and 70B 0.2 / 0.05) and drop β; here one init for every slot."""
+
+    name: str = _name("dyt")
+    alpha_init: float = knob(
+        0.5, "α at init (the paper's default 0.5, which its non-LLM experiments use)", gt=0
+    )
+    bias: bool = knob(True, "learnable bias β (false = γ·tanh(α·x), as the authors' LLaMA variant)")
+
+
+@dataclass(frozen=True)
+class ScaleNormConfig(NormConfig):
+    """ScaleNorm (Nguyen & Salazar 2019, Transformers without Tears): y = g · x / max(‖x‖, eps), one
+    learnable scalar g initialised to √d_model (tnq177/transformers_without_tears, layers.py)."""
+
+    name: str = _name("scalenorm")
+    eps: float = knob(1e-5, "lower bound on ‖x‖ (a clamp, not an addition, as the authors' code)", gt=0)
 
 
 class _RMSNormCPU(torch.autograd.Function):
@@ -57,7 +165,7 @@ class RMSNorm(nn.Module):
     F.rms_norm, which is a fused kernel on GPUs and which Inductor fuses itself.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+    def __init__(self, d_model: int, eps: float = RMSNormConfig.eps) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
@@ -98,10 +206,10 @@ class CausalBatchNorm(nn.Module):
         self,
         d_model: int,
         context_length: int,
-        eps: float = 1e-5,
-        momentum: float = 0.1,
-        bias: bool = True,
-        sync: bool = False,
+        eps: float = BatchNormConfig.eps,
+        momentum: float = BatchNormConfig.momentum,
+        bias: bool = BatchNormConfig.bias,
+        sync: bool = BatchNormConfig.sync,
     ) -> None:
         super().__init__()
         self.eps = eps
@@ -157,7 +265,12 @@ class DynamicTanh(nn.Module):
     (jiachenzhu/DyT, dynamic_tanh.py; its LLaMA variant drops β: `bias=False`). No statistic: an
     element-wise map that squashes large inputs as LayerNorm's S-shaped input-output curve does."""
 
-    def __init__(self, d_model: int, alpha_init: float = 0.5, bias: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        alpha_init: float = DynamicTanhConfig.alpha_init,
+        bias: bool = DynamicTanhConfig.bias,
+    ) -> None:
         super().__init__()
         self.alpha_init = alpha_init
         self.alpha = nn.Parameter(torch.full((1,), float(alpha_init)))
@@ -178,7 +291,7 @@ class ScaleNorm(nn.Module):
     at eps rather than eps added, as the authors' code does (tnq177/transformers_without_tears, layers.py,
     eps 1e-5); computed in float32 whatever the input dtype, as the other norms' statistics are."""
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float = ScaleNormConfig.eps) -> None:
         super().__init__()
         self.eps = eps
         self.scale = nn.Parameter(torch.tensor(math.sqrt(d_model)))
@@ -193,7 +306,7 @@ class ScaleNorm(nn.Module):
 class NormType:
     """How to build one norm type, and what else it changes in the block.
 
-    `symbol` names it in the block formula (a function of the spec where it depends on it: DeepNorm shows
+    `config` is its config dataclass (the `norm.*` knobs it has, their defaults and help text). `symbol` names it in the block formula (a function of the spec where it depends on it: DeepNorm shows
     its base norm). residual_scale(n_layers) multiplies the skip path before the add (1.0 = plain
     residual); init_gain(n_layers), when given, replaces `model.init` for the block's projections:
     Xavier-normal with that gain on the value, attention-output and both feed-forward weights and gain 1 on
@@ -202,6 +315,7 @@ class NormType:
     norm of one vector at a time that changes nothing else in the block.
     """
 
+    config: type[NormConfig]
     build: Callable[[int, Mapping[str, Any], int], nn.Module]
     symbol: str | Callable[[Mapping[str, Any]], str]
     residual_scale: Callable[[int], float] = lambda n_layers: 1.0
@@ -216,21 +330,22 @@ def _layer_norm(d: int, spec: Mapping[str, Any], context_length: int) -> nn.Modu
 
 def _deepnorm_base(d: int, spec: Mapping[str, Any], context_length: int) -> nn.Module:
     """DeepNorm's norm: the norm named by norm.base, with the settings the deepnorm group gives (eps, bias)
-    where that norm has them and its own YAML defaults for the rest."""
+    where that norm has them and its own defaults for the rest."""
     return build_norm(d, base_spec(spec), context_length)
 
 
 def base_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The spec of the norm DeepNorm wraps (`norm.base`)."""
     base = spec["base"]
-    own = group_defaults("norm", base)
+    own = NORMS[base].config.defaults()
     return {**own, **{k: v for k, v in spec.items() if k in own and k != "name"}, "name": base}
 
 
 NORMS: dict[str, NormType] = {
-    "ln": NormType(_layer_norm, "LN"),
-    "rms": NormType(lambda d, s, t: RMSNorm(d, eps=s["eps"]), "RMS"),
+    "ln": NormType(LayerNormConfig, _layer_norm, "LN"),
+    "rms": NormType(RMSNormConfig, lambda d, s, t: RMSNorm(d, eps=s["eps"]), "RMS"),
     "bn": NormType(
+        BatchNormConfig,
         lambda d, s, t: CausalBatchNorm(
             d,
             t,
@@ -250,6 +365,7 @@ NORMS: dict[str, NormType] = {
     # (8N)^¼ for decoder-only, but divides its default-initialised v_proj / out_proj / fc1 / fc2 parameters
     # by init_scale instead; we follow the paper's recipe.
     "deepnorm": NormType(
+        DeepNormConfig,
         _deepnorm_base,
         lambda spec: norm_symbol(base_spec(spec)),
         residual_scale=lambda n: (2 * n) ** 0.25,
@@ -257,9 +373,11 @@ NORMS: dict[str, NormType] = {
         placements=("post",),
         qk=False,  # its residual scale and init belong to the block, not to q and k
     ),
-    "none": NormType(lambda d, s, t: nn.Identity(), ""),
-    "dyt": NormType(lambda d, s, t: DynamicTanh(d, alpha_init=s["alpha_init"], bias=s["bias"]), "DyT"),
-    "scalenorm": NormType(lambda d, s, t: ScaleNorm(d, eps=s["eps"]), "SN"),
+    "none": NormType(NoNormConfig, lambda d, s, t: nn.Identity(), ""),
+    "dyt": NormType(
+        DynamicTanhConfig, lambda d, s, t: DynamicTanh(d, alpha_init=s["alpha_init"], bias=s["bias"]), "DyT"
+    ),
+    "scalenorm": NormType(ScaleNormConfig, lambda d, s, t: ScaleNorm(d, eps=s["eps"]), "SN"),
 }
 # what norm.base may name: a norm, not DeepNorm itself and not none (α·x + F(x) unnormalised grows
 # without bound)
@@ -267,11 +385,11 @@ DEEPNORM_BASES = tuple(name for name in NORMS if name not in ("deepnorm", "none"
 
 
 def norm_spec(spec: Mapping[str, Any] | str) -> dict[str, Any]:
-    """A norm spec with every setting: a name alone (`"rms"`) or a partial spec, completed from
-    configs/norm/NAME.yaml (their one place). The name must be in NORMS (checked before, where the choices
-    are listed)."""
+    """A norm spec with every setting: a name alone (`"rms"`) or a partial spec, completed from the norm's
+    config defaults (their one place). The name must be in NORMS (checked before, where the choices are
+    listed)."""
     spec = {"name": spec} if isinstance(spec, str) else dict(spec)
-    return {**group_defaults("norm", spec["name"]), **spec}
+    return {**NORMS[spec["name"]].config.defaults(), **spec}
 
 
 def norm_symbol(spec: Mapping[str, Any] | str) -> str:
@@ -283,7 +401,7 @@ def norm_symbol(spec: Mapping[str, Any] | str) -> str:
 
 def build_norm(d_model: int, spec: Mapping[str, Any] | str, context_length: int) -> nn.Module:
     """The norm named by spec["name"], for vectors of size d_model in sequences of up to context_length;
-    settings the spec leaves out come from configs/norm/NAME.yaml (their one place)."""
+    settings the spec leaves out take the norm's config defaults (their one place)."""
     spec = norm_spec(spec)
     return NORMS[spec["name"]].build(d_model, spec, context_length)
 
@@ -295,5 +413,5 @@ def qk_norms() -> tuple[str, ...]:
 
 def build_qk_norm(name: str, d_head: int) -> nn.Module:
     """The norm applied to each head's queries and keys (model.qk_norm): NORMS[name] over d_head with its
-    YAML defaults, one set of learned parameters of size d_head shared by all heads."""
+    defaults, one set of learned parameters of size d_head shared by all heads."""
     return build_norm(d_head, name, context_length=0)

@@ -6,8 +6,9 @@ branch then a feed-forward branch, and both take the same `Slots`. A placement g
 for placements that vary with depth), says whether a final norm sits before the LM head, and whether the
 blocks carry a second residual stream (ResiDual).
 
-Adding a slot-shaped placement is one entry in PLACEMENTS and a two-line YAML; one that varies by layer is
-one entry whose function reads its knob from the group (configs/placement/NAME.yaml).
+Adding a slot-shaped placement is one entry in PLACEMENTS (its slots, final norm and the sentence `--help`
+shows); one that varies by layer is one entry whose function reads its knob from the group, declared in a
+PlacementConfig subclass (MixLNConfig).
 """
 
 from __future__ import annotations
@@ -15,9 +16,31 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
-from normlab.configs import group_defaults
+from normlab.knobs import Knobs, knob
+
+
+@dataclass(frozen=True)
+class PlacementConfig(Knobs):
+    """The `placement` config group: the placement's name, and the knobs of one that has some."""
+
+    GROUP: ClassVar[str] = "placement"
+    name: str = knob("pre", "the placement (placement=NAME)", choices=lambda: tuple(PLACEMENTS))
+
+
+@dataclass(frozen=True)
+class MixLNConfig(PlacementConfig):
+    """Mix-LN's knob."""
+
+    name: str = knob("mixln", "the placement (placement=NAME)", choices=lambda: tuple(PLACEMENTS))
+    post_fraction: float = knob(
+        0.25,
+        "ρ: the fraction of blocks, from the embedding, that are Post-LN (0 = Pre-LN, 1 = Post-LN with a "
+        "final norm)",
+        ge=0,
+        le=1,
+    )
 
 
 @dataclass(frozen=True)
@@ -43,12 +66,15 @@ class Placement:
     """One placement: each block's slots, the final norm, and whether a second stream runs beside x.
 
     With `dual_stream` (ResiDual) every branch also adds its raw output F(·) to a second stream d, which
-    starts as the embedding, and the LM head reads x + N(d), N being the final norm.
+    starts as the embedding, and the LM head reads x + N(d), N being the final norm. `about` is what
+    `--help` says of it; `config` declares its knobs, if it has any.
     """
 
     layers: Slots | LayerSlots
     final_norm: bool  # a norm between the last block and the LM head (on d with dual_stream)
+    about: str
     dual_stream: bool = False
+    config: type[PlacementConfig] = PlacementConfig
 
     def slots(self, index: int, depth: int, spec: Mapping[str, Any]) -> Slots:
         """The slots of block `index` (0 = closest to the embedding) in a stack of `depth` blocks."""
@@ -74,26 +100,55 @@ def _lnscale(index: int, depth: int, spec: Mapping[str, Any]) -> Slots:
 
 
 PLACEMENTS: dict[str, Placement] = {
-    "pre": Placement(PRE, final_norm=True),
-    "post": Placement(POST, final_norm=False),
-    "double": Placement(DOUBLE, final_norm=True),
-    # OLMo 2 (OLMo-core ReorderedNormTransformerBlock): x ← x + N(F(x)), the LM head's own norm kept
-    "reordered": Placement(REORDERED, final_norm=True),
-    # Mix-LN (Li et al. 2024): Post-LN in the first ⌊ρ·L⌋ blocks, Pre-LN after; the final norm kept
-    "mixln": Placement(_mixln, final_norm=True),
-    # LayerNorm Scaling (Sun et al. 2025): Pre-LN with both of block l's norm outputs × 1/√l, l from 1
-    "lnscale": Placement(_lnscale, final_norm=True),
-    # ResiDual (Xie et al. 2023): a Post-LN stream x and a stream d of raw sublayer outputs; head: x + N(d)
-    "resi_dual": Placement(POST, final_norm=True, dual_stream=True),
+    "pre": Placement(PRE, True, "Pre-LN: x ← x + F(N(x)), final norm before the head (GPT-2, Llama)"),
+    "post": Placement(
+        POST, False, "Post-LN: x ← N(x + F(x)), no final norm (the original Transformer, BERT)"
+    ),
+    "double": Placement(
+        DOUBLE, True, "Double / sandwich / Peri-LN: x ← x + N₂(F(N₁(x))), final norm (Gemma 2, Grok)"
+    ),
+    "reordered": Placement(
+        REORDERED,
+        True,
+        "OLMo 2's reordered norm: x ← x + N(F(x)), a norm on each sublayer's output only and a final norm "
+        "before the head (OLMo-core: ReorderedNormTransformerBlock, the block of its olmo2 configs, whose LM "
+        "head keeps its norm)",
+    ),
+    "mixln": Placement(
+        _mixln,
+        True,
+        "Mix-LN (Li et al. 2024): Post-LN x ← N(x + F(x)) in the first ⌊ρ·L⌋ blocks, Pre-LN x ← x + F(N(x)) in "
+        "the rest, and the Pre-LN model's final norm before the head, as the authors' code (the `post_pre` "
+        "norm type of lmsdss/LayerNorm-Scaling, built on their Mix-LN code: the model's final norm is applied "
+        "whatever the blocks' type; their scripts take the number of Post-LN blocks: 3 at 130M, 6 at 250M)",
+        config=MixLNConfig,
+    ),
+    "lnscale": Placement(
+        _lnscale,
+        True,
+        "LayerNorm Scaling (Sun et al. 2025, The Curse of Depth in LLMs): Pre-LN with the output of both of "
+        "block l's norms multiplied by 1/√l, l = 1 for the block next to the embedding (the authors' `LNS` "
+        "code, lmsdss/LayerNorm-Scaling, and OLMo-core's LayerNormScaledTransformerBlock: "
+        "1/sqrt(layer_index + 1)), final norm unscaled",
+    ),
+    "resi_dual": Placement(
+        POST,
+        True,
+        "ResiDual (Xie et al. 2023): a Post-LN stream x ← N(x + F(x)) and a second stream d ← d + F(x) of the "
+        "raw (dropped-out) sublayer outputs, both starting at the embedding; the head reads x + N(d). As the "
+        "authors' code (microsoft/ResiDual, resi_dual.py / resi_dual_layers.py: res starts as the input and "
+        "the output is x + layer_norm(res)); its final norm uses this run's norm and eps, not their eps 1e-7",
+        dual_stream=True,
+    ),
 }
 
 
 def placement_spec(spec: Mapping[str, Any] | str) -> dict[str, Any]:
     """A placement's config group with every knob: a name alone (`"mixln"`) or a partial group, completed
-    from configs/placement/NAME.yaml. The name must be in PLACEMENTS (checked before, where the choices
-    are listed)."""
+    from its config's defaults. The name must be in PLACEMENTS (checked before, where the choices are
+    listed)."""
     spec = {"name": spec} if isinstance(spec, str) else dict(spec)
-    return {**group_defaults("placement", spec["name"]), **spec}
+    return {**PLACEMENTS[spec["name"]].config.defaults(), **spec}
 
 
 def normalises_stream(spec: Mapping[str, Any] | str, depth: int) -> bool:

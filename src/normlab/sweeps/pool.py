@@ -100,6 +100,11 @@ class LocalPoolLauncher(SweepLauncher):
                                 break
                             job = pending.pop(0)
                             running[job.num] = self._start(job, common, results)
+                            if stop.signum is not None:
+                                # the mask holds in this thread only: a signal another thread took (torch
+                                # starts one) runs its handler here, mid-start, before the job was in
+                                # `running`; it waits, blocked, in the new process until its handlers are in
+                                send(running[job.num].process.pid, stop.signum)
                     if stop():
                         pending.clear()
                     for num, r in list(running.items()):

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from normlab.config.groups import OptimConfig, TrainConfig
 from normlab.data.batches import sample_windows
 from normlab.distributed import SINGLE, Dist
 from normlab.metrics import names
@@ -54,8 +55,8 @@ class Trainer:
         val_tokens: np.ndarray,
         device: torch.device,
         *,
-        train: Mapping[str, Any],
-        optim: Mapping[str, Any],
+        train: TrainConfig,
+        optim: OptimConfig,
         schedule: str,
         warmup_steps: int,
         seed: int,
@@ -64,31 +65,31 @@ class Trainer:
         dist: Dist = SINGLE,
     ) -> None:
         self.model, self.device, self.dist = model, device, dist
-        self.cfg, self.optim_cfg, self.schedule, self.warmup_steps = train, optim, schedule, warmup_steps
+        self.train, self.optim, self.schedule, self.warmup_steps = train, optim, schedule, warmup_steps
         self.train_tokens, self.val_tokens = train_tokens, val_tokens
-        self.batches = RankBatches(train["batch_size"], train["seq_len"], dist, device)
+        self.batches = RankBatches(train.batch_size, train.seq_len, dist, device)
         self.optimizer = build_optimizer(model, optim, device)
-        precision = train["precision"]
+        precision = train.precision
         if precision not in DTYPES:
             raise ValueError(f"train.precision={precision} is unknown; choose one of {', '.join(DTYPES)}.")
         self.amp_dtype = DTYPES[precision]
         # the LM head and the objective, fused with each other on the CPU in float32 (train/head_loss.py)
         self.head_loss = HeadLoss(
             model,
-            z_loss=optim["z_loss"],
+            z_loss=optim.z_loss,
             fused=fused_pays(device, self.amp_dtype),
-            compiled=train["compile"],
+            compiled=train.compile,
             device=device,
         )
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         self.data_rng = torch.Generator().manual_seed(seed)
         self.step = 0
         # the global batch: every rank's micro-batches together
-        self.tokens_per_step = train["batch_size"] * train["seq_len"] * train["grad_accum"] * dist.world_size
+        self.tokens_per_step = train.batch_size * train.seq_len * train.grad_accum * dist.world_size
         self.flops_per_token = flops.flops_per_token(
-            flops.matmul_params(model), model.n_layers, train["seq_len"], model.d_model
+            flops.matmul_params(model), model.n_layers, train.seq_len, model.d_model
         )
-        self.peak_flops = flops.peak_flops(device, precision, train["peak_flops"])
+        self.peak_flops = flops.peak_flops(device, precision, train.peak_flops)
         # parameters whose every effect the norm subtracts (BatchNorm): their gradient is float rounding,
         # zeroed every step so that Adam does not turn it into a random walk (GPT.norm_cancelled_parameters)
         cancelled = model.norm_cancelled_parameters() if hasattr(model, "norm_cancelled_parameters") else []
@@ -135,8 +136,8 @@ class Trainer:
             train_tokens,
             val_tokens,
             device,
-            train=group["train"],
-            optim=group["optim"],
+            train=TrainConfig.of(group["train"]),
+            optim=OptimConfig.of(group["optim"]),
             schedule=group["schedule"]["name"],
             warmup_steps=group["warmup_steps"],
             seed=group["seed"],
@@ -149,14 +150,14 @@ class Trainer:
         probe = None
         if cfg.model_update is True:  # "auto" is resolved by from_config, which knows the variant
             rng = torch.Generator().manual_seed(PROBE_SEED)
-            x, _ = sample_windows(self.val_tokens, cfg.probe_batch, self.cfg["seq_len"], rng)
+            x, _ = sample_windows(self.val_tokens, cfg.probe_batch, self.train.seq_len, rng)
             probe = x.to(self.device)
         return Instruments(self.model, self.grad_norms.layout, cfg, probe)
 
     def window_starts(self, data_state: torch.Tensor) -> list[list[int]]:
         """Where the batches of a step came from: for each micro-batch, the start offset in the training
         stream of each window, from the data-RNG state the step started from."""
-        return self.batches.window_starts(len(self.train_tokens), data_state, self.cfg["grad_accum"])
+        return self.batches.window_starts(len(self.train_tokens), data_state, self.train.grad_accum)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
@@ -170,10 +171,10 @@ class Trainer:
     def lr(self, step: int) -> float:
         return lr_at(
             step,
-            lr=float(self.optim_cfg["lr"]),
-            min_lr=float(self.optim_cfg["min_lr"]),
+            lr=float(self.optim.lr),
+            min_lr=float(self.optim.min_lr),
             warmup_steps=self.warmup_steps,
-            max_steps=self.cfg["max_steps"],
+            max_steps=self.train.max_steps,
             schedule=self.schedule,
         )
 
@@ -184,7 +185,7 @@ class Trainer:
         instrumented step `probe` takes its measurements along the way (see metrics.instruments).
         """
         self.model.train()
-        accum = self.cfg["grad_accum"]
+        accum = self.train.grad_accum
         loss_sum = torch.zeros((), device=self.device)
         for _ in range(accum):
             x, y = self.batch(self.train_tokens, self.data_rng)
@@ -202,8 +203,8 @@ class Trainer:
         if probe:
             probe.after_backward(grads)
         clipped = torch.zeros((), device=self.device)
-        if self.cfg["grad_clip"] > 0:
-            clipped = clip_(grads, norms[0], float(self.cfg["grad_clip"]))
+        if self.train.grad_clip > 0:
+            clipped = clip_(grads, norms[0], float(self.train.grad_clip))
         if update:
             lr = self.lr(self.step)
             for group in self.optimizer.param_groups:
@@ -225,7 +226,7 @@ class Trainer:
         rng = torch.Generator().manual_seed(0)
         total = torch.zeros((), device=self.device)
         skipped = torch.zeros(self.model.n_layers if self.layer_ablation else 0, device=self.device)
-        for _ in range(self.cfg["eval_batches"]):
+        for _ in range(self.train.eval_batches):
             x, y = self.batch(self.val_tokens, rng)
             with self.autocast():
                 if self.layer_ablation:
@@ -237,7 +238,7 @@ class Trainer:
                     total += self.head_loss.cross_entropy(self.model.features(x), y)
         self.model.train()
         self.dist.average_([total, skipped])
-        means = (torch.cat([total.view(1), skipped]) / self.cfg["eval_batches"]).tolist()
+        means = (torch.cat([total.view(1), skipped]) / self.train.eval_batches).tolist()
         return {
             names.VAL_LOSS: means[0],
             **dict(zip(layer_ablation_keys(len(means) - 1), means[1:], strict=True)),
@@ -248,8 +249,8 @@ class Trainer:
         (the step-0 row's gradient profile needs no validation loss; the evaluation would cost as much as
         eval_batches training forwards)."""
         if step == 0:
-            return bool(self.cfg["eval_at_start"])
-        eval_every = self.cfg["eval_every"]
+            return bool(self.train.eval_at_start)
+        eval_every = self.train.eval_every
         return eval_every > 0 and step % eval_every == 0
 
     def fit(
@@ -287,13 +288,13 @@ class Trainer:
         stop: Callable[[], bool] | None,
     ) -> bool:
         """The loop of `fit`; True when it paused at `stop_at`."""
-        max_steps = self.cfg["max_steps"]
-        ckpt_every = self.cfg["ckpt_every"]
+        max_steps = self.train.max_steps
+        ckpt_every = self.train.ckpt_every
         rows = PendingRows(
             result,
             callbacks,
             keys=[names.LOSS, names.CLIPPED, *self.grad_norms.keys],
-            flush_every=self.cfg["flush_every"],
+            flush_every=self.train.flush_every,
             tokens_per_step=self.tokens_per_step,
             flops_per_token=self.flops_per_token,
             peak_flops=self.peak_flops,

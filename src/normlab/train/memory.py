@@ -29,7 +29,9 @@ from typing import Any
 
 import torch
 
+from normlab.config.groups import TrainConfig
 from normlab.errors import InvalidConfig, UserError
+from normlab.model.config import ModelConfig
 
 GIB = 1024**3
 
@@ -46,14 +48,15 @@ class MemoryEstimate:
         return self.model_state + self.activations + self.windows
 
 
-def parameter_count(model: Mapping[str, Any]) -> int:
-    """The GPT's parameter count from its config, without building it (within a few norm gains)."""
-    d, layers, vocab = int(model["d_model"]), int(model["n_layers"]), int(model["vocab_size"])
-    ffn = int(model.get("ffn_mult", 4)) * d
-    bias = bool(model.get("bias", True))
-    embeddings = vocab * d * (1 if model.get("tie_embeddings", True) else 2)
-    if model.get("pos", "learned") == "learned":
-        embeddings += int(model["context_length"]) * d
+def parameter_count(model: ModelConfig | Mapping[str, Any]) -> int:
+    """The GPT's parameter count from its (resolved) config, without building it (within a few norm gains)."""
+    model = ModelConfig.of(model)
+    d, layers, vocab = int(model.d_model), int(model.n_layers), int(model.vocab_size)
+    ffn = int(model.ffn_mult) * d
+    bias = bool(model.bias)
+    embeddings = vocab * d * (1 if model.tie_embeddings else 2)
+    if model.pos == "learned":
+        embeddings += int(model.context_length) * d
     block = 4 * d * d + 2 * ffn * d + 4 * d  # attention, feed-forward, two norms' gains and biases
     if bias:
         block += 4 * d + ffn + d
@@ -62,12 +65,12 @@ def parameter_count(model: Mapping[str, Any]) -> int:
 
 def estimate(cfg: Mapping[str, Any], world_size: int = 1) -> MemoryEstimate:
     """The lower-bound estimate above for a checked config."""
-    model, train = cfg["model"], cfg["train"]
+    model, train = ModelConfig.of(cfg["model"]), TrainConfig.of(cfg["train"])
     params = parameter_count(model)
-    d, layers = int(model["d_model"]), int(model["n_layers"])
-    ffn_mult = int(model.get("ffn_mult", 4))
-    batch, seq_len = int(train["batch_size"]), int(train["seq_len"])
-    float_bytes = 2 if train.get("precision") in ("bf16", "fp16") else 4
+    d, layers = int(model.d_model), int(model.n_layers)
+    ffn_mult = int(model.ffn_mult)
+    batch, seq_len = int(train.batch_size), int(train.seq_len)
+    float_bytes = 2 if train.precision in ("bf16", "fp16") else 4
     activations = batch * seq_len * layers * (8 + 2 * ffn_mult) * d * float_bytes
     windows = batch * world_size * (seq_len + 1) * 16
     return MemoryEstimate(params, 16 * params, activations, windows)

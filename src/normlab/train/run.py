@@ -4,10 +4,10 @@ The order matters for "nothing lost":
 
 1. the run directory (normlab.train.run_dir): created, locked (one run at a time), stale temporary files of a
    killed writer removed;
-2. start: the config checked against the schemas; with train.resume=auto, what the directory holds decides
-   whether to skip, resume or start; the checkpoint to resume found and matched to the model — a bad value
-   is `invalid`, a missing or damaged checkpoint `failed`, both before anything is built; then summary.json
-   says `running`;
+2. start: the config checked against its dataclasses (normlab.config.checked); with train.resume=auto,
+   what the directory holds decides whether to skip, resume or start; the checkpoint to resume found and
+   matched to the model — a bad value is `invalid`, a missing or damaged checkpoint `failed`, both before
+   anything is built; then summary.json says `running`;
 3. build: the memory it needs against what is free (train.memory: a run that cannot fit is `invalid` in
    milliseconds), then device, model, data (its cache is built atomically); only then W&B, so a run that
    fails before training opens no W&B run, and the trainer;
@@ -36,6 +36,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from normlab.config import checked
+from normlab.config.groups import TrainConfig
 from normlab.data import TokenCorpus
 from normlab.data.unigram import baseline_unigram_loss, did_learn
 from normlab.distributed import SINGLE, Dist
@@ -92,6 +93,7 @@ class Run:
         self.step_time = step_time
         self.cfg_node = cfg
         self.cfg: dict[str, Any] = {}
+        self.train: TrainConfig  # the train group, typed: set with self.cfg once the config is checked
         self.run_dir = Path(run_dir)
         self.num_threads = num_threads
         self.group = group
@@ -165,11 +167,12 @@ class Run:
         train.resume=auto finds the run finished (its summary.json stays as it is)."""
         self._echo_config()
         self.cfg = checked(self.cfg_node)
+        self.train = TrainConfig.of(self.cfg["train"])
         self._echo_config()
-        resume = self.cfg["train"]["resume"]
+        resume = self.train.resume
         if resume == AUTO:
             # check_lock=False: the lock is ours, so a `running` summary is a dead process's
-            plan = resume_plan(self.run_dir, self.cfg["train"]["max_steps"], check_lock=False)
+            plan = resume_plan(self.run_dir, self.train.max_steps, check_lock=False)
             log.info("train.resume=auto: %s: %s", self.run_dir, plan.sentence)
             if plan.action == SKIP:
                 self.summary = RunSummary.read(self.run_dir)
@@ -216,11 +219,11 @@ class Run:
     # ------------------------------------------------------------------------------------------------
 
     def _build(self) -> tuple[Trainer, TokenCorpus]:
-        cfg, tcfg = self.cfg, self.cfg["train"]
+        cfg = self.cfg
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
         torch.manual_seed(cfg["seed"])
-        device = self.dist.device(pick_device(tcfg["device"]))
+        device = self.dist.device(pick_device(self.train.device))
         memory.check_fits(cfg, device, self.dist.world_size)  # before anything is allocated
         if device.type == "cuda":  # TF32 tensor cores for float32 matmuls (train.peak_flops counts them)
             torch.set_float32_matmul_precision("high")
@@ -236,7 +239,7 @@ class Run:
             formula=describe(model, cfg),
             n_params=model.n_params(),
             world_size=self.dist.world_size,
-            global_batch_size=tcfg["batch_size"] * tcfg["grad_accum"] * self.dist.world_size,
+            global_batch_size=self.train.batch_size * self.train.grad_accum * self.dist.world_size,
         )
         if self.ckpt is not None:  # before W&B: a checkpoint that does not fit is the config's fault
             checkpoint.load_model_state(model, self.ckpt)
@@ -266,20 +269,19 @@ class Run:
     # ------------------------------------------------------------------------------------------------
 
     def _train(self, trainer: Trainer, corpus: TokenCorpus) -> None:
-        tcfg = self.cfg["train"]
         with self.stop.deferred():  # from here a signal stops at the next step boundary
             result, previous = self._fit(trainer)
             if self.dist.is_main:  # checkpoints/last.pt, then the summary: both before anything else can fail
                 self._checkpoints(trainer).save(LAST)
             self._finish(outcome.loop_ending(result, self.stop.signal_name), loop=(trainer, result, previous))
             self._report(trainer, result)
-            sample = self.dist.is_main and tcfg["sample_tokens"] > 0
+            sample = self.dist.is_main and self.train.sample_tokens > 0
             if result.status == "completed" and result.steps > 0 and sample:
                 text = generate(
                     trainer.model,
                     corpus,
-                    tcfg["sample_prompt"],
-                    tcfg["sample_tokens"],
+                    self.train.sample_prompt,
+                    self.train.sample_tokens,
                     trainer.device,
                     seed=self.cfg["seed"],
                 )
@@ -288,10 +290,9 @@ class Run:
 
     def _fit(self, trainer: Trainer) -> tuple[LoopResult, list[dict[str, Any]]]:
         """Train; returns the loop's result and the rows metrics.jsonl kept from before a resume."""
-        tcfg = self.cfg["train"]
         resume_step = trainer.step if self.ckpt is not None else None
         # logged where signals already wait for a step boundary (tests wait for this line)
-        log.info("training from step %d to %d in %s", trainer.step, tcfg["max_steps"], self.run_dir)
+        log.info("training from step %d to %d in %s", trainer.step, self.train.max_steps, self.run_dir)
         sink: JsonlSink | None = None
         callbacks: list[Callback] = []
         if self.dist.is_main:  # the rows are rank 0's to write
@@ -299,7 +300,7 @@ class Run:
             callbacks = [
                 sink,
                 *([self.wandb] if self.wandb is not None else []),
-                ProgressBar(tcfg["max_steps"], trainer.step, self.cfg["name"], self._progress_enabled()),
+                ProgressBar(self.train.max_steps, trainer.step, self.cfg["name"], self._progress_enabled()),
                 self._checkpoints(trainer),
             ]
         result = trainer.fit(
@@ -331,7 +332,7 @@ class Run:
             log.warning("diverged at step %d: %s", result.diverged_at, result.reason)
 
     def _progress_enabled(self) -> bool:
-        setting = self.cfg["train"]["progress"]
+        setting = self.train.progress
         if setting == "auto":
             return sys.stderr.isatty()
         return bool(setting)
@@ -377,7 +378,7 @@ class Run:
             result.train_losses,
             result.val_losses.values(),
             result.tokens_per_s,
-            self.cfg["train"]["flush_every"],
+            self.train.flush_every,
         )
         return dict(
             steps=result.steps,
@@ -424,5 +425,5 @@ class Run:
         if trained or checkpoint.candidates(self.run_dir / CHECKPOINT_DIR):
             return self.resume_command(self.run_dir, str(self.run_dir))
         if self.ckpt is not None:
-            return self.resume_command(self.run_dir, str(self.cfg["train"]["resume"]))
+            return self.resume_command(self.run_dir, str(self.train.resume))
         return None

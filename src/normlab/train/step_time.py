@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.configs import group_defaults
+from normlab.config.groups import OptimConfig
+from normlab.model.config import SIZES
 from normlab.train import flops
 from normlab.train.optim import build_optimizer
 
@@ -34,7 +35,7 @@ SMALL_BATCH, LARGE_BATCH = 1, 8  # sequences in the two timed forward + backward
 ROUNDS, MAX_ROUNDS = 2, 10  # rounds of timings (each pass and the optimizer step once per round)
 BUDGET_S = 0.3  # ... repeated until this much time is spent; the fastest of each counts
 SLOW_STEP_S = 1.0  # above this, a CPU user is pointed at model=tiny
-TINY = "tiny"  # the preset meant for CPUs (configs/model/tiny.yaml)
+TINY = "tiny"  # the size preset meant for CPUs (model=tiny: normlab.model.config.SIZES)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def measure(
 
     with torch.random.fork_rng(devices=[]):
         forward_backward(max(batches))  # first call: allocations, lazy initialisation
-        opt = build_optimizer(probe, optim_cfg, torch.device("cpu")) if optim_cfg is not None else None
+        opt = build_optimizer(probe, OptimConfig.of(optim_cfg), torch.device("cpu")) if optim_cfg else None
         if opt is not None:
             opt.step()  # the first step allocates the optimizer's state
         passes: dict[int, list[float]] = {n: [] for n in batches}
@@ -133,9 +134,9 @@ def fmt_duration(seconds: float) -> str:
 def tiny_settings(
     model_cfg: dict[str, Any], train_cfg: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The run's model and train settings with the tiny preset's size (configs/model/tiny.yaml) instead:
+    """The run's model and train settings with the tiny preset's size (model=tiny) instead:
     its width, heads and context, and a sequence length that fits that context."""
-    tiny = {k: v for k, v in group_defaults("model", TINY).items() if k != "defaults"}
+    tiny = dict(SIZES[TINY][1])  # what model=tiny changes: its width, heads and context
     context = int(tiny["context_length"])
     seq_len = int(train_cfg["seq_len"])
     same = seq_len == int(model_cfg["context_length"])  # train.seq_len follows model.context_length
