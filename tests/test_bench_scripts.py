@@ -36,6 +36,7 @@ def test_overhead_script_runs_and_reports_the_ratio(repo_root, tmp_path):
         "data.vocab_size=256",
         "train.batch_size=2",
         "train.seq_len=8",
+        "metrics.dense_until=5",
     ]
     proc = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -43,8 +44,8 @@ def test_overhead_script_runs_and_reports_the_ratio(repo_root, tmp_path):
     result = json.loads(out.read_text())
     assert result["steps_per_side"] == 12 and result["steps_per_s_on"] > 0 and result["steps_per_s_off"] > 0
     assert len(result["step_s_on"]) == len(result["step_s_off"]) == 12
-    # steps 1..12 after one warm-up step: step 10 is the one instrumented step
-    assert result["on_steps_by_kind"] == {"plain": 11, "instrumented": 1, "histogram": 0}
+    # steps 1..12 after one warm-up step: 1–5 (the dense start) and 10 are instrumented, as the trainer does
+    assert result["on_steps_by_kind"] == {"plain": 6, "instrumented": 6, "histogram": 0}
     assert result["wall_ratio"] > 0 and result["robust_ratio"] > 0
 
 
