@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from normlab.bench.clock import CLOCKS, add_clock_argument
 from normlab.bench.overhead import compose_cfg, make_trainer, run_steps
 from normlab.metrics.sinks import JsonlSink
 
@@ -178,13 +179,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--block-steps", type=int, default=20, help="steps per block, a multiple of metrics.every")
     p.add_argument("--warmup-steps", type=int, default=10, help="untimed steps per side first (compiles)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument(
-        "--clock",
-        choices=("wall", "cpu"),
-        default="wall",
-        help="wall time (the real measure), or this process's CPU time: with --threads 1 it counts the work "
-        "done, not the time lost to other processes, for a first look on a busy machine",
-    )
+    add_clock_argument(p)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for both sides, e.g. depth=12")
     return p.parse_args(argv)
@@ -208,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             theirs = nanogpt_loop(load_nanogpt(args.nanogpt), c, tokens, compile_other)
         else:
             theirs = standin_loop(cfg, c, tokens, compile_other)
-        clock = time.perf_counter if args.clock == "wall" else time.process_time
+        clock = CLOCKS[args.clock]
 
         def timed(side: str, steps: int) -> float:
             start = clock()

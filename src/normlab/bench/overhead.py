@@ -34,6 +34,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from normlab.bench.clock import CLOCKS, add_clock_argument
 from normlab.config.compose import compose_config
 from normlab.metrics.sinks import JsonlSink
 from normlab.train.loop import Trainer
@@ -46,13 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=200, help="timed steps per side (default 200)")
     p.add_argument("--warmup-steps", type=int, default=10, help="untimed steps per side first (default 10)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument(
-        "--clock",
-        choices=("wall", "cpu"),
-        default="wall",
-        help="wall time, or this process's CPU time (with --threads 1: the work done, not the time lost to "
-        "other processes; for a first look on a busy machine)",
-    )
+    add_clock_argument(p)
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. norm=rms depth=12 model=tiny")
     return p.parse_args(argv)
@@ -115,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     cfg = compose_cfg(args.overrides)
     tokens = np.random.default_rng(0).integers(0, cfg.model.vocab_size, 2_000_000).astype(np.uint16)
-    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    clock = CLOCKS[args.clock]
     with tempfile.TemporaryDirectory() as tmp:
         sides = {}
         for name, on in (("on", True), ("off", False)):
