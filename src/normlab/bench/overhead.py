@@ -26,6 +26,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from omegaconf import OmegaConf
 
 from normlab.bench.clock import CLOCKS, add_clock_argument
 from normlab.config.compose import compose_config
+from normlab.metrics.instruments import InstrumentConfig
 from normlab.metrics.sinks import JsonlSink
 from normlab.train.loop import Trainer
 
@@ -86,15 +88,13 @@ def run_steps(trainer: Trainer, sink: JsonlSink, steps: int, clock=time.perf_cou
     return elapsed
 
 
-def step_kind(step: int, metrics: Any) -> str:
-    """What the "on" side does at this step: plain, instrumented, or instrumented with histograms."""
-    every, hist = metrics.every, metrics.histogram_every
-    if hist and step % (max(every, 1) * hist) == 0:
+def step_kind(step: int, metrics: InstrumentConfig | Mapping[str, Any]) -> str:
+    """What the "on" side does at this step, by the trainer's own rule (`InstrumentConfig`): plain,
+    instrumented, or instrumented with histograms."""
+    metrics = InstrumentConfig.of(metrics)
+    if metrics.histogram(step):
         return "histogram"
-    # the same rule as InstrumentConfig.instrumented: every step up to dense_until, then every `every`
-    if step <= metrics.dense_until or (every and step % every == 0):
-        return "instrumented"
-    return "plain"
+    return "instrumented" if metrics.instrumented(step) else "plain"
 
 
 def robust_ratio(extra: dict[str, list[float]], off: list[float]) -> float:
@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         extra_by_kind: dict[str, list[float]] = {"plain": [], "instrumented": [], "histogram": []}
         on_all: list[float] = []
         off_all: list[float] = []
+        metrics = InstrumentConfig.from_config(cfg.metrics)
         for k in range(args.steps):
-            kind = step_kind(sides["on"][0].step, cfg.metrics)
+            kind = step_kind(sides["on"][0].step, metrics)
             for name in ("on", "off") if k % 2 == 0 else ("off", "on"):
                 elapsed = run_steps(*sides[name], 1, clock)
                 (on_all if name == "on" else off_all).append(elapsed)
