@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from normlab import distributed, launchers
 from normlab.commands import hydra_value, sweep_command
 from normlab.errors import UserError
-from normlab.train.run_dir import run_problem, sweep_problem
+from normlab.train.run_dir import claim_run_dir, claim_sweep_dir, release_claims
 
 log = logging.getLogger("normlab")
 
@@ -158,27 +158,31 @@ def fail(reason: str, multirun: bool) -> None:
 
 
 class RunDirGuard(Callback):
-    """Refuses, before Hydra writes .hydra/ or anything else, a run directory that is a file, in use, or that
-    holds an earlier run's results (a second run there would overwrite its config and mix its metrics): the
-    sentences of normlab.train.run_dir, which owns the directory."""
+    """Claims the run (or sweep) directory before Hydra writes .hydra/ or anything else there — locked first,
+    then checked, so that of two starts at the same moment one owns it and the other is refused having
+    written nothing — and refuses one that is a file, in use, or that holds an earlier run's results (a
+    second run there would overwrite its config and mix its metrics): the sentences of
+    normlab.train.run_dir, which owns the directory. The claim lasts until the command ends (`guarded`)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         directory = _select(config, "hydra.run.dir")
         if directory is not None:
-            self._refuse(run_problem(Path(directory), _select(config, "train.resume")))
+            self._claim(lambda: claim_run_dir(Path(directory), _select(config, "train.resume")))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         directory = _select(config, "hydra.sweep.dir")
         if directory is not None:
             resume = _select(config, "train.resume")
-            self._refuse(sweep_problem(Path(directory), resume, lambda: sweep_command(config)))
+            self._claim(lambda: claim_sweep_dir(Path(directory), resume, lambda: sweep_command(config)))
 
     @staticmethod
-    def _refuse(problem: str | None) -> None:
-        if problem is not None:
-            print(f"error: {problem}", file=sys.stderr)
+    def _claim(claim: Callable[[], Any]) -> None:
+        try:
+            claim()
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
             # SystemExit, not an Exception: Hydra turns a callback's exceptions into warnings
-            raise SystemExit(EXIT_FAILED)
+            raise SystemExit(EXIT_FAILED) from None
 
 
 def _select(config: DictConfig, key: str) -> str | None:
@@ -291,6 +295,8 @@ def guarded(main: Callable[[], Any]) -> None:
             sys.exit(EXIT_CRASHED)
         print(f"error: {sentence}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
+    finally:
+        release_claims()  # the run or sweep directory RunDirGuard claimed: the next command may use it
 
 
 @hydra.main(config_path="pkg://normlab.configs", config_name="config", version_base="1.3")

@@ -69,6 +69,10 @@ class SweepLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep = plan_jobs(self.hydra_context, self.config, job_overrides, initial_job_idx)
         sweep.sweep_dir.mkdir(parents=True, exist_ok=True)
+        from normlab.sweeps.pool import clear_dead_results  # here: pool imports this module
+
+        for folder in clear_dead_results(sweep.sweep_dir):
+            log.info("removed %s, left by a sweep whose process was killed", folder)
         self._announce(sweep)
         to_run = [j for j in sweep.jobs if not j.skipped]
         mark_done(sweep.sweep_dir, [j.num for j in sweep.jobs if j.skipped])

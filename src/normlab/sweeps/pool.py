@@ -11,7 +11,10 @@ gone. Here:
 - signals reach the jobs only through the parent (normlab.sweeps.stop): once per signal, whether it was
   sent to the parent alone or to its process group, and after the first one no job is launched;
 - a job whose parent dies stops and saves by itself (normlab.sweeps.watchdog);
-- a job's JobReturn comes back through a file, so a job can finish and save with nobody listening.
+- a job's JobReturn comes back through a file, so a job can finish and save with nobody listening. The
+  files go in a folder of the sweep directory named after the parent process (`.results-PID-START-…`):
+  the parent removes it when the sweep ends, a job that outlives a killed parent removes it instead of
+  answering nobody, and the next invocation into the sweep directory clears any a dead parent left.
 
 Jobs get `train.num_threads` = 1 by default under this launcher (normlab.cli.threads_for_job).
 """
@@ -34,6 +37,7 @@ from pathlib import Path
 import cloudpickle
 from hydra.core.singleton import Singleton
 
+from normlab.sweeps import watchdog
 from normlab.sweeps.base import Ran, SweepLauncher
 from normlab.sweeps.jobs import Job
 from normlab.sweeps.stop import SweepStop, send
@@ -42,6 +46,30 @@ from normlab.train.signals import STOP_SIGNALS
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05
+RESULTS_PREFIX = ".results-"  # the folder of a sweep directory through which its jobs answer the parent
+
+
+def results_folder(sweep_dir: Path) -> Path:
+    """A new folder in `sweep_dir` for this process's jobs to answer through, named after this process (its
+    pid and start time: `clear_dead_results` tells a dead parent's from a live one's)."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    me = os.getpid()
+    return Path(tempfile.mkdtemp(prefix=f"{RESULTS_PREFIX}{me}-{watchdog.start_time(me)}-", dir=sweep_dir))
+
+
+def clear_dead_results(sweep_dir: Path) -> list[Path]:
+    """Remove the results folders of sweep parents that are gone (SIGKILL, power loss); returns them."""
+    removed = []
+    if not sweep_dir.is_dir():
+        return removed
+    for folder in sweep_dir.glob(f"{RESULTS_PREFIX}*"):
+        pid, _, rest = folder.name.removeprefix(RESULTS_PREFIX).partition("-")
+        started = rest.split("-", 1)[0]
+        if not pid.isdigit() or watchdog.alive(int(pid), None if started == "None" else started):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
 
 
 def effective_n_jobs(n_jobs: int) -> int:
@@ -88,7 +116,7 @@ class LocalPoolLauncher(SweepLauncher):
         running: dict[int, Running] = {}
         ran: dict[int, Ran] = {}
         stop = SweepStop(lambda signum: sum(send(r.process.pid, signum) for r in list(running.values())))
-        results = Path(tempfile.mkdtemp(prefix="normlab-sweep-"))
+        results = results_folder(Path(str(self.config.hydra.sweep.dir)))
         try:
             with stop.installed():
                 while pending or running:

@@ -2,14 +2,17 @@
 
 Reads the pickled job from stdin — Hydra's context, the sweep's config, the task function, Hydra's global
 state, the job's number and overrides — runs it as Hydra's launchers do, and writes the JobReturn to
-RESULT_FILE (atomically; None for a job a signal stopped before it began). The process starts with the stop
-signals blocked (the parent blocks them while starting it): they wait until a stop request is installed,
-and until the run installs its own, a signal abandons the job before it has begun training.
+RESULT_FILE (atomically; None for a job a signal stopped before it began) — unless the parent is gone by
+then (SIGKILL): nobody would read it, so the job removes the results folder instead. The process starts
+with the stop signals blocked (the parent blocks them while starting it): they wait until a stop request is
+installed, and until the run installs its own, a signal abandons the job before it has begun training.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -64,8 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     if os.getppid() != parent or not payload:  # the sweep's parent is gone already: nothing to run
         return
     ret: Any = None
+    parent_started = watchdog.start_time(parent)
     with StopRequest().installed():  # a signal before the run takes over: abandon the job (Interrupted)
-        watchdog.watch(parent, watchdog.start_time(parent))
+        watchdog.watch(parent, parent_started)
         try:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             ret = run(payload)
@@ -74,7 +78,17 @@ def main(argv: list[str] | None = None) -> None:
     for s in STOP_SIGNALS:  # the job is over: a late signal must not cut the result short
         signal.signal(s, signal.SIG_IGN)
     print_crash(ret)
-    write_bytes_atomic(result, picklable(ret) if ret is not None else cloudpickle.dumps(None))
+    answer(result, picklable(ret) if ret is not None else cloudpickle.dumps(None), parent, parent_started)
+
+
+def answer(result: Path, payload: bytes, parent: int, parent_started: str | None) -> None:
+    """Hand the job's return to the parent through `result`; if the parent is gone, remove the results
+    folder instead (the other orphaned jobs do the same; whichever comes last leaves nothing behind)."""
+    if watchdog.alive(parent, parent_started):
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile by a job that saw the parent die
+            write_bytes_atomic(result, payload)
+            return
+    shutil.rmtree(result.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":

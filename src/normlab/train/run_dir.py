@@ -1,10 +1,13 @@
 """A run's directory, owned here: its files, the lock that lets one run in at a time, what it holds, and what
 a new run or `train.resume=auto` may do with it.
 
-Before Hydra writes anything there, `run_problem` (a run) and `sweep_problem` (a sweep) refuse a directory that
-is a file, that a live run holds, or that holds an earlier run's results (normlab.cli.RunDirGuard says the
-sentence). A run then `RunDirectory.acquire`s it: created, checked writable, locked, and swept of a killed
-writer's temporary files.
+Before Hydra writes anything there, the directory is *claimed* (`claim_run_dir` for a run, `claim_sweep_dir`
+for a sweep; normlab.cli.RunDirGuard calls them and says the sentence): created, locked, and only then checked
+— a file in the way, a live run there, or an earlier run's results (kept unless the run continues them) are
+refused, the lock let go, and nothing written. Checking before locking would let two starts at the same
+moment both pass the check and both write `.hydra/` before one of them got the lock. The claim is this
+process's until the command ends (`release_claims`); the run's own `RunDirectory.acquire` then adopts it, so
+that library code that starts a `Run` without the command line takes the same lock itself.
 
 The lock is an OS file lock (flock) on `.run.lock`: the kernel releases it when its process ends however it
 ends (SIGKILL, out of memory, power loss), so a `running` summary.json beside a free lock means that run
@@ -33,6 +36,7 @@ import contextlib
 import errno
 import json
 import logging
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,10 +111,44 @@ def read_status(directory: Path) -> tuple[str | None, int]:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _busy(directory: Path) -> str:
+def _busy(directory: Path, what: str = "run") -> str:
+    key = "hydra.sweep.dir" if what == "sweep" else "hydra.run.dir"
     return (
-        f"Another run is using {directory} right now (it holds {LOCK_FILE}); wait for it to end, or point "
-        "hydra.run.dir somewhere else."
+        f"Another {what} is using {directory} right now (it holds {LOCK_FILE}); wait for it to end, or point "
+        f"{key} somewhere else."
+    )
+
+
+def _file_in_the_way(directory: Path) -> str | None:
+    for parent in (directory, *directory.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                return (
+                    f"Cannot create the run directory {directory}: {parent} is a file; point hydra.run.dir (or "
+                    "hydra.sweep.dir) somewhere else."
+                )
+            return None
+    return None
+
+
+def _continues(directory: Path, resume: str | None) -> bool:
+    """Whether `train.resume` continues the run in `directory` (auto, or a path inside it)."""
+    if resume == AUTO:
+        return True
+    if resume:
+        with contextlib.suppress(OSError):
+            target = Path(resume).expanduser().resolve()
+            return target == directory.resolve() or directory.resolve() in target.parents
+    return False
+
+
+def _holds_a_run(directory: Path) -> str:
+    status, _ = read_status(directory)
+    was = f" (status: {status})" if status is not None else ""
+    return (
+        f"{directory} already holds a run{was}; continue it with train.resume=auto "
+        f"hydra.run.dir={hydra_value(str(directory))} (from its newest checkpoint, or from step 0 if it saved "
+        "none), or choose a new hydra.run.dir so nothing there is overwritten."
     )
 
 
@@ -129,42 +167,31 @@ def disk_error(exc: OSError) -> UserError:
 
 def run_problem(directory: Path, resume: str | None) -> str | None:
     """Why `directory` cannot take a new run with this `train.resume`, or None: a file in the way, a live run
-    there, or an earlier run's results (kept unless the run continues them)."""
-    for parent in (directory, *directory.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                return (
-                    f"Cannot create the run directory {directory}: {parent} is a file; point hydra.run.dir (or "
-                    "hydra.sweep.dir) somewhere else."
-                )
-            break
-    if not directory.is_dir():
-        return None
+    there, or an earlier run's results (kept unless the run continues them). A look from outside, without
+    the lock: `claim_run_dir` asks the same under it."""
+    problem = _file_in_the_way(directory)
+    if problem is not None or not directory.is_dir():
+        return problem
     if in_use(directory):
         return _busy(directory)
-    if not holds_results(directory) or resume == AUTO:
+    if not holds_results(directory) or _continues(directory, resume):
         return None  # nothing there worth keeping (e.g. the summary of an invalid run), or continuing it
-    if resume:
-        with contextlib.suppress(OSError):
-            target = Path(resume).expanduser().resolve()
-            if target == directory.resolve() or directory.resolve() in target.parents:
-                return None  # continuing the run that is there
-    status, _ = read_status(directory)
-    was = f" (status: {status})" if status is not None else ""
-    return (
-        f"{directory} already holds a run{was}; continue it with train.resume=auto "
-        f"hydra.run.dir={hydra_value(str(directory))} (from its newest checkpoint, or from step 0 if it saved "
-        "none), or choose a new hydra.run.dir so nothing there is overwritten."
-    )
+    return _holds_a_run(directory)
 
 
 def sweep_problem(directory: Path, resume: str | None, continue_command: Callable[[], str]) -> str | None:
     """Why the sweep directory cannot take this sweep, or None; one that holds an earlier sweep's runs is
     continued only with train.resume=auto (normlab.sweeps: finished jobs skipped, the others resumed), the
     command `continue_command()` says."""
-    found = run_problem(directory, None)
-    if found is not None or not directory.is_dir():
-        return found
+    problem = _file_in_the_way(directory)
+    if problem is not None or not directory.is_dir():
+        return problem
+    if in_use(directory):
+        return _busy(directory, "sweep")
+    return _holds_a_sweep(directory, resume, continue_command)
+
+
+def _holds_a_sweep(directory: Path, resume: str | None, continue_command: Callable[[], str]) -> str | None:
     jobs = [p for p in directory.iterdir() if p.is_dir() and holds_results(p)]
     if jobs and resume != AUTO:
         return (
@@ -173,6 +200,69 @@ def sweep_problem(directory: Path, resume: str | None, continue_command: Callabl
             "nothing there is overwritten."
         )
     return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Claiming a directory: locked first, then checked, before anything is written into it
+# ----------------------------------------------------------------------------------------------------
+
+# The directories this process has claimed, by resolved path. Process-wide on purpose: an OS lock belongs to
+# the process that holds it, and the Run started later in the same process adopts the claim instead of
+# taking a second lock on the same file, which the kernel would refuse.
+_CLAIMS: dict[Path, RunDirectory] = {}
+
+
+def _claim(directory: Path, what: str, problem: Callable[[], str | None]) -> RunDirectory:
+    """Create `directory`, lock it, and only then ask `problem()`; a problem lets go of the lock and is raised
+    (UserError: nothing has been written there but the lock file)."""
+    in_the_way = _file_in_the_way(directory)
+    if in_the_way is not None:
+        raise UserError(in_the_way)
+    claim = RunDirectory(directory, what=what)
+    claim.acquire()
+    try:
+        found = problem()
+    except BaseException:
+        claim.release()
+        raise
+    if found is not None:
+        claim.release()
+        raise UserError(found)
+    _CLAIMS[directory.resolve()] = claim
+    return claim
+
+
+def claim_run_dir(directory: Path, resume: str | None) -> RunDirectory:
+    """Own `directory` for a new run (or one that continues the run there, per `train.resume`) before anything
+    is written into it; UserError with the sentence of `run_problem` otherwise."""
+    return _claim(
+        directory,
+        "run",
+        lambda: (
+            None if not holds_results(directory) or _continues(directory, resume) else _holds_a_run(directory)
+        ),
+    )
+
+
+def claim_sweep_dir(directory: Path, resume: str | None, continue_command: Callable[[], str]) -> RunDirectory:
+    """Own the sweep directory before Hydra writes its multirun.yaml (the sweep's parent holds it while the
+    sweep runs); UserError with the sentence of `sweep_problem` otherwise."""
+    return _claim(directory, "sweep", lambda: _holds_a_sweep(directory, resume, continue_command))
+
+
+def claimed(directory: Path) -> RunDirectory | None:
+    """This process's claim on `directory`, if it holds one."""
+    try:
+        return _CLAIMS.get(directory.resolve())
+    except OSError:
+        return None
+
+
+def release_claims() -> None:
+    """Let go of every directory this process claimed (the command line calls it when it ends)."""
+    while _CLAIMS:
+        _, claim = _CLAIMS.popitem()
+        claim.release()
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -234,33 +324,48 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
 
 
 class RunDirectory:
-    """`acquire` checks that `path` is writable, takes its lock (one run at a time) and removes stale
-    temporary files in it and in `subdirs`; `release` lets the next run in."""
+    """`acquire` creates `path`, takes its lock (one run at a time), checks that it is writable and removes
+    stale temporary files in it and in `subdirs`; `release` lets the next run in. A directory this process
+    has already claimed (`claim_run_dir`) is adopted: its lock stays with the claim."""
 
-    def __init__(self, path: Path, subdirs: tuple[str, ...] = ()) -> None:
-        self.path, self.subdirs = path, subdirs
+    def __init__(self, path: Path, subdirs: tuple[str, ...] = (), what: str = "run") -> None:
+        self.path, self.subdirs, self.what = path, subdirs, what
         self._lock: FileLock | None = None
 
+    @property
+    def held(self) -> bool:
+        return self._lock is not None
+
     def acquire(self) -> None:
+        adopted = claimed(self.path)
+        if adopted is None or not adopted.held:
+            self._lock = self._take_lock()
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / ".write_test"
-            probe.write_text("")
-            probe.unlink()
+            with tempfile.NamedTemporaryFile(dir=self.path, prefix=".write_test."):
+                pass
         except OSError as e:
-            raise UserError(
-                f"Cannot write to the run directory {self.path} ({e.strerror}); "
-                "point hydra.run.dir (or hydra.sweep.dir) at a writable place."
-            ) from None
-        lock = FileLock(str(self.path / LOCK_FILE))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise UserError(_busy(self.path)) from None
-        self._lock = lock
+            self.release()
+            raise self._unwritable(e) from None
         for d in (self.path, *(self.path / s for s in self.subdirs)):
             for p in remove_stale_temps(d):
                 log.info("removed %s, left by a write that was cut short", p)
+
+    def _take_lock(self) -> FileLock:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(self.path / LOCK_FILE))
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise UserError(_busy(self.path, self.what)) from None
+        except OSError as e:
+            raise self._unwritable(e) from None
+        return lock
+
+    def _unwritable(self, e: OSError) -> UserError:
+        return UserError(
+            f"Cannot write to the run directory {self.path} ({e.strerror or e}); "
+            "point hydra.run.dir (or hydra.sweep.dir) at a writable place."
+        )
 
     def release(self) -> None:
         if self._lock is not None:
