@@ -71,7 +71,7 @@ def test_values_are_converted_to_their_declared_types():
 @pytest.mark.parametrize(
     ("override", "key", "takes"),
     [
-        ("seed=1.5", "seed", "a whole number ≥ 0"),
+        ("seed=1.5", "seed", "a whole number in [0, 18446744073709551615]"),
         ("train.progress=maybe", "train.progress", "one of auto, true, false"),
         ("metrics.model_update=1", "metrics.model_update", "one of auto, true, false"),  # 1 is not true
         ("model.dropout=true", "model.dropout", "a finite number in [0, 1)"),

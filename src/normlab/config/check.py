@@ -8,6 +8,7 @@ and what the key takes. Keys are checked top-level first, then group by group in
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +62,9 @@ def check_combinations(cfg: Mapping[str, Any]) -> None:
     except InvalidVariant as e:
         raise InvalidConfig(str(e), "placement") from None
     model, train, optim = cfg["model"], cfg["train"], cfg["optim"]
+    check_model_target(model)
+    check_batch_norm_batch(cfg["norm"], train)
+    check_resume_allow(train.get("resume_allow") or [])
     if train["seq_len"] > model["context_length"]:
         raise InvalidConfig(
             f"train.seq_len={train['seq_len']} exceeds model.context_length={model['context_length']}; "
@@ -90,3 +94,53 @@ def check_combinations(cfg: Mapping[str, Any]) -> None:
             "data=text needs a corpus: set data.path=FILE_OR_DIR (.txt, .jsonl or .parquet files).",
             "data.path",
         )
+
+
+def check_model_target(model: Mapping[str, Any]) -> None:
+    """`model._target_` (and `_convert_`) are how Hydra builds the GPT, not settings: never from a command line."""
+    from normlab.model.config import ModelConfig
+
+    for key in ("_target_", "_convert_"):
+        value, expected = model.get(key), getattr(ModelConfig, key)
+        if value != expected:
+            raise InvalidConfig(
+                f"model.{key}={shown(value)} cannot be set: the model is always {ModelConfig._target_}, built by "
+                "normlab; choose its variant with norm=, placement=, depth= and the model.* settings.",
+                f"model.{key}",
+            )
+
+
+def check_batch_norm_batch(norm: Mapping[str, Any], train: Mapping[str, Any]) -> None:
+    """BatchNorm normalises each position over the sequences of a batch: one sequence is nothing to normalise."""
+    uses_bn = norm.get("name") == "bn" or (norm.get("name") == "deepnorm" and norm.get("base") == "bn")
+    if not uses_bn:
+        return
+    ranks = int(os.environ.get("WORLD_SIZE", "1") or 1) if norm.get("sync") else 1
+    if train["batch_size"] * ranks < 2:
+        raise InvalidConfig(
+            f"norm=bn normalises each position over the sequences of a batch, and train.batch_size="
+            f"{train['batch_size']} gives it one value per feature and position (variance 0: nothing to "
+            "normalise, as torch's BatchNorm refuses); use train.batch_size ≥ 2 or another norm.",
+            "train.batch_size",
+        )
+
+
+def check_resume_allow(allow: list[str]) -> None:
+    """Every entry of train.resume_allow names a setting, a group or missing_rows."""
+    import difflib
+
+    from normlab.config.groups import MISSING_ROWS, settings
+
+    known = {*settings(), *GROUPS, MISSING_ROWS}
+    for entry in allow:
+        if entry not in known:
+            close = difflib.get_close_matches(entry, sorted(known), n=1, cutoff=0.6)
+            hint = (
+                f"did you mean {close[0]}?"
+                if close
+                else "it takes settings, groups (e.g. data) or missing_rows."
+            )
+            raise InvalidConfig(
+                f"train.resume_allow names {entry}, which is neither a setting nor a group; {hint}",
+                "train.resume_allow",
+            )

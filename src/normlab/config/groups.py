@@ -34,7 +34,7 @@ class RootConfig(Knobs):
 
     depth: int = knob(6, "number of Transformer blocks", ge=1)
     warmup_steps: int = knob(100, "linear learning-rate warmup from 0, in optimizer steps (0 = none)", ge=0)
-    seed: int = knob(0, "seed of model init, batch sampling and dropout", ge=0)
+    seed: int = knob(0, "seed of model init, batch sampling and dropout", ge=0, le=2**64 - 1)
     name: str = knob(
         "${norm.name}-${placement.name}-L${depth}-w${warmup_steps}-s${seed}",
         "run name (W&B name, run directory suffix); built from what distinguishes runs in a sweep",
@@ -96,6 +96,10 @@ class OptimConfig(Knobs):
     )
 
 
+# train.resume_allow=[missing_rows]: a resume may continue across steps metrics.jsonl has no row for
+MISSING_ROWS = "missing_rows"
+
+
 @dataclass(frozen=True)
 class TrainConfig(Knobs):
     """The training loop: batches, steps, evaluation, checkpoints, device and precision."""
@@ -125,6 +129,13 @@ class TrainConfig(Knobs):
         "auto: continue the run in hydra.run.dir whatever state it is in — skip it if completed, resume it from "
         "its newest checkpoint, or start it (again, if it died before saving one); a sweep's continue command "
         "uses it",
+    )
+    resume_allow: list[str] = knob(
+        [],
+        "what a resume may change on purpose (otherwise it is refused: a resume continues the same experiment): "
+        "settings or groups whose values differ from the checkpoint's, e.g. [optim.lr,seed] ([data] also allows "
+        "another corpus), and missing_rows to continue across steps metrics.jsonl has no row for; recorded in "
+        "summary.json (resume_changes, missing_steps) and marked in metrics.jsonl (resume/changed, resume/gap)",
     )
     device: str = knob("auto", "auto | cpu | cuda", choices=("auto", "cpu", "cuda"))
     precision: str = knob(

@@ -74,6 +74,8 @@ EMBED_EFFECTIVE_RANK = "embed/effective_rank"  # exp(entropy of the L1-normalise
 MODEL_UPDATE = (
     "model_update"  # ‖F(x, θ_t) − F(x, θ_0)‖ on a fixed probe batch (DeepNet's measure; metrics.model_update)
 )
+RESUME_CHANGED = "resume/changed"  # 1 on the first row after a resume that changed settings on purpose (train.resume_allow; summary.json resume_changes says which); absent otherwise
+RESUME_GAP = "resume/gap"  # 1 on the first row after a resume across steps without rows (train.resume_allow=[missing_rows]; summary.json missing_steps); absent otherwise
 SPIKE_LOSS = "spike/loss"  # 1 on a step whose loss is a spike (see metrics.spikes); absent otherwise
 SPIKE_GRAD_NORM = "spike/grad_norm"  # 1 on a step whose grad norm is a spike; absent otherwise
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -64,12 +65,17 @@ class JsonlSink(RowSink):
     """Appends one JSON object per row to metrics.jsonl, flushed as it is written (fsynced on close).
 
     Resuming into an existing file first drops rows at or after the resumed step (rewriting the file
-    atomically), so a restarted run never leaves duplicate steps; `kept` holds the rows that stay.
+    atomically), so a restarted run never leaves duplicate steps; `kept` holds the rows that stay. `mark`
+    is added to the first row written (where a resume changed something: names.RESUME_CHANGED, ...). A
+    failed write (a full disk) raises the OSError with the file's name.
     """
 
-    def __init__(self, path: Path, resume_step: int | None = None) -> None:
+    def __init__(
+        self, path: Path, resume_step: int | None = None, mark: Mapping[str, Any] | None = None
+    ) -> None:
         self.path = path
         self.kept: list[dict[str, Any]] = []
+        self.mark = dict(mark or {})
         if resume_step is not None and path.exists():
             lines, torn = read_rows(path)
             kept = [line for line in lines if json.loads(line)["step"] < resume_step]
@@ -80,8 +86,13 @@ class JsonlSink(RowSink):
         self._file = path.open("a", encoding="utf-8")
 
     def log(self, row: dict[str, Any]) -> None:
-        self._file.write(json.dumps({k: json_safe(v) for k, v in row.items() if scalar(v)}) + "\n")
-        self._file.flush()
+        if self.mark:
+            row, self.mark = {**row, **self.mark}, {}
+        try:
+            self._file.write(json.dumps({k: json_safe(v) for k, v in row.items() if scalar(v)}) + "\n")
+            self._file.flush()
+        except OSError as e:  # e.g. the disk is full: say which file
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
 
     def on_end(self, result: Any) -> None:
         self.close()
@@ -92,5 +103,8 @@ class JsonlSink(RowSink):
         try:
             self._file.flush()
             os.fsync(self._file.fileno())
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
         finally:
-            self._file.close()
+            with contextlib.suppress(OSError):  # a full disk fails the flush inside close() again
+                self._file.close()

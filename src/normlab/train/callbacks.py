@@ -82,12 +82,17 @@ class Checkpoints(Callback):
     checkpoint) from what `state` returns then."""
 
     def __init__(
-        self, directory: Path, state: Callable[[], dict[str, Any]], model_cfg: Mapping[str, Any]
+        self,
+        directory: Path,
+        state: Callable[[], dict[str, Any]],
+        model_cfg: Mapping[str, Any],
+        experiment: Mapping[str, Any] | None = None,
     ) -> None:
         self.directory, self.state, self.model_cfg = directory, state, model_cfg
+        self.experiment = experiment  # normlab.train.resume.experiment_record: what a resume must keep
 
     def save(self, name: str) -> None:
-        checkpoint.save_checkpoint(self.directory / name, self.state(), self.model_cfg)
+        checkpoint.save_checkpoint(self.directory / name, self.state(), self.model_cfg, self.experiment)
 
     def on_checkpoint(self, step: int) -> None:
         self.save(checkpoint.step_file(step))

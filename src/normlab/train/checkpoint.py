@@ -5,9 +5,18 @@ with `torch.load(weights_only=True)`: opening one never runs code from the file.
 resolved `model` config it was trained with, so resuming with a different model is refused in one sentence
 naming the keys that differ, instead of a wall of `load_state_dict` errors.
 
+It records, too, what the run computed with besides the model (`experiment`: the settings and the
+corpus's identity, normlab.train.resume), so that a resume with another corpus, seed or optimizer is refused
+rather than mixing two experiments in one run. Checkpoints written before either record still load; what
+they lack cannot be checked and is said once.
+
 `train.resume=RUN_DIR` takes the newest checkpoint there (the highest step among checkpoints/last.pt and
 checkpoints/step_N.pt); an unreadable one (a truncated copy) is skipped with a warning if an older one is
-readable.
+readable. `train.resume=auto` does the same (`newest`).
+
+A full disk while torch writes a checkpoint surfaces as torch's own RuntimeError raised while handling the
+OSError of the failed write; `save_checkpoint` raises that OSError instead, naming the checkpoint, so the run
+ends `failed` with one sentence instead of `crashed`.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ STEP_FILE = re.compile(r"step_(\d+)\.pt")
 FORMAT_KEY = "normlab_checkpoint"
 FORMAT_VERSION = 1
 MODEL_CONFIG_KEY = "model_config"
+EXPERIMENT_KEY = "experiment"  # normlab.train.resume.experiment_record: settings and corpus identity
 # how the keys of the `model` group are called on the command line, where that differs
 KEY_NAMES = {
     "model.n_layers": "depth",
@@ -47,16 +57,35 @@ def step_file(step: int) -> str:
 
 
 def save_checkpoint(
-    path: Path, state: Mapping[str, Any], model_config: Mapping[str, Any] | None = None
+    path: Path,
+    state: Mapping[str, Any],
+    model_config: Mapping[str, Any] | None = None,
+    experiment: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write `state` (a Trainer.state_dict) and the model config to `path`, atomically and durably: a crash,
-    a full disk or a kill mid-write leaves the previous file at `path` whole."""
+    """Write `state` (a Trainer.state_dict), the model config and the experiment record to `path`, atomically
+    and durably: a crash, a full disk or a kill mid-write leaves the previous file at `path` whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {**state, FORMAT_KEY: FORMAT_VERSION}
     if model_config is not None:
         payload[MODEL_CONFIG_KEY] = dict(model_config)
+    if experiment is not None:
+        payload[EXPERIMENT_KEY] = dict(experiment)
     with atomic_write(path) as f:
-        torch.save(payload, f)
+        try:
+            torch.save(payload, f)
+        except RuntimeError as exc:
+            raise write_error(exc, path) from exc
+
+
+def write_error(exc: RuntimeError, path: Path) -> BaseException:
+    """The OSError behind torch's RuntimeError for a failed write (a full disk: ENOSPC), naming `path`; the
+    RuntimeError itself when there is none (a bug)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError):
+            return OSError(cause.errno, cause.strerror, str(path))
+        cause = cause.__cause__ or cause.__context__
+    return exc
 
 
 @dataclass
@@ -95,15 +124,25 @@ def candidates(directory: Path) -> list[Path]:
     return [p for _, _, p in sorted(found, reverse=True)]
 
 
-def newest(directory: Path) -> tuple[Path, int] | None:
-    """The newest readable checkpoint in `directory` (RUN_DIR/checkpoints) and its step, or None."""
+def readable(path: Path) -> bool:
+    """Whether `path` opens as a normlab checkpoint (its tensors memory-mapped, not read)."""
+    try:
+        _read(path, mmap=True)
+    except Exception:
+        return False
+    return True
+
+
+def newest(directory: Path, at_most: int | None = None) -> tuple[Path, int] | None:
+    """The newest readable checkpoint in `directory` (RUN_DIR/checkpoints) and its step, or None; with
+    `at_most`, the newest of those at or before that step."""
     for p in candidates(directory):
-        if m := STEP_FILE.fullmatch(p.name):
-            return p, int(m.group(1))
         try:
-            return p, int(_read(p, mmap=True)["step"])
-        except Exception:  # a damaged last.pt: an older step_N.pt may do
+            step = int(_read(p, mmap=True)["step"])
+        except Exception:  # a damaged file (a truncated copy): an older one may do
             continue
+        if at_most is None or step <= at_most:
+            return p, step
     return None
 
 
@@ -114,8 +153,9 @@ def resolve(resume: str | os.PathLike[str]) -> Path:
     return absolute(resume)
 
 
-def find_checkpoint(resume: str | os.PathLike[str]) -> Checkpoint:
+def find_checkpoint(resume: str | os.PathLike[str], mmap: bool = False) -> Checkpoint:
     """Load the checkpoint `train.resume` names: a .pt file, or the newest readable one of a run directory.
+    `mmap`: tensors memory-mapped rather than read (to check a checkpoint without loading it).
 
     Raises UserError (status failed) when there is none or none can be read.
     """
@@ -127,13 +167,14 @@ def find_checkpoint(resume: str | os.PathLike[str]) -> Checkpoint:
         )
     if path.is_file():
         try:
-            return Checkpoint(path, _read(path))
+            return Checkpoint(path, _read(path, mmap=mmap))
         except Exception as exc:
             raise UserError(
                 f"The checkpoint {_unreadable(path, exc)}: it is truncated or not a normlab checkpoint; resume "
                 "from another checkpoint (train.resume=FILE) or start afresh without train.resume."
             ) from None
     directory = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
+    run_dir = directory.parent if directory.name == CHECKPOINT_DIR else directory
     files = candidates(directory)
     if not files:
         raise UserError(
@@ -144,7 +185,7 @@ def find_checkpoint(resume: str | os.PathLike[str]) -> Checkpoint:
     problems = []
     for p in files:
         try:
-            found = Checkpoint(p, _read(p))
+            found = Checkpoint(p, _read(p, mmap=mmap))
         except Exception as exc:
             problems.append(_unreadable(p, exc))
             continue
@@ -152,7 +193,9 @@ def find_checkpoint(resume: str | os.PathLike[str]) -> Checkpoint:
             log.warning("skipped a damaged checkpoint: %s; resuming from %s instead", problem, p.name)
         return found
     raise UserError(
-        f"Every checkpoint in {directory} is damaged ({'; '.join(problems)}); start afresh without train.resume."
+        f"Every checkpoint in {directory} is damaged ({'; '.join(problems)}); start the run again from step 0 "
+        f"with train.resume=auto hydra.run.dir={run_dir} (its rows are dropped first), or start afresh in "
+        "another hydra.run.dir without train.resume."
     )
 
 

@@ -4,13 +4,15 @@ The order matters for "nothing lost":
 
 1. the run directory (normlab.train.run_dir): created, locked (one run at a time), stale temporary files of a
    killed writer removed;
-2. start: the config checked against its dataclasses (normlab.config.checked); with train.resume=auto,
-   what the directory holds decides whether to skip, resume or start; the checkpoint to resume found and
-   matched to the model — a bad value is `invalid`, a missing or damaged checkpoint `failed`, both before
-   anything is built; then summary.json says `running`;
+2. start: the config checked against its dataclasses (normlab.config.checked); train.resume decided and
+   checked (normlab.train.resume: with auto, what the directory holds decides whether to skip, resume or
+   start; the checkpoint must be of the same model and experiment, and metrics.jsonl must hold every step
+   it has trained) — a bad value or another experiment is `invalid`, a missing or damaged checkpoint or a
+   hole in the rows `failed`, all before anything is built; then summary.json says `running`;
 3. build: the memory it needs against what is free (train.memory: a run that cannot fit is `invalid` in
-   milliseconds), then device, model, data (its cache is built atomically); only then W&B, so a run that
-   fails before training opens no W&B run, and the trainer;
+   milliseconds), then device, model, data (its cache is built atomically; a resumed run's corpus must be
+   the checkpoint's, by its files' hashes); only then W&B, so a run that fails before training opens no
+   W&B run, and the trainer;
 4. train: the loop, with signals deferred to step boundaries (train.signals); at its end — completed,
    diverged or interrupted — pending metrics are flushed, checkpoints/last.pt written, then summary.json;
 5. finish (`_finish`): the one place summary.json's final fields are put together, for the loop's ending as for an
@@ -41,17 +43,19 @@ from normlab.data import TokenCorpus
 from normlab.data.unigram import baseline_unigram_loss, did_learn
 from normlab.distributed import SINGLE, Dist
 from normlab.io import write_text_atomic
+from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.train import checkpoint, flops, memory, outcome, step_time
+from normlab.train import resume as resumes
 from normlab.train.build import describe, device_label, pick_device, run_corpus
 from normlab.train.callbacks import Callback, Checkpoints, LoopResult, ProgressBar
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import Trainer
 from normlab.train.outcome import Ending
-from normlab.train.run_dir import AUTO, METRICS_FILE, SAMPLE_FILE, SKIP, START, RunDirectory
-from normlab.train.run_dir import plan as resume_plan
+from normlab.train.resume import Decision, ResumeRefused
+from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory, describe_steps
 from normlab.train.sample import generate
 from normlab.train.signals import StopRequest, exit_code
 from normlab.train.summary import SUMMARY_FILE, RunSummary
@@ -105,6 +109,8 @@ class Run:
         self.trainer: Trainer | None = None
         self.ckpt: Checkpoint | None = None
         self.restart = False  # train.resume=auto starting a run again: drop the rows there first
+        self.decision = Decision()  # what train.resume made of this run (normlab.train.resume)
+        self.experiment: dict[str, Any] | None = None  # what its checkpoints record of the experiment
         self.directory = RunDirectory(self.run_dir, (CHECKPOINT_DIR, SPIKES_DIR))
 
     def execute(self) -> dict[str, Any]:
@@ -138,7 +144,11 @@ class Run:
                 self.wandb.finish(self.summary.to_dict())
 
     def _ended_by(self, e: BaseException) -> bool:
-        """Write the summary of the ending `e` means; False for a bug (recorded as crashed), to raise again."""
+        """Write the summary of the ending `e` means; False for a bug (recorded as crashed), to raise again,
+        and for a resume refused in the run's own directory (its summary.json put back as it was)."""
+        if isinstance(e, ResumeRefused) and self.decision.in_place and self.decision.previous is not None:
+            self.write_previous_summary()
+            return False
         ending = outcome.ending_of(e, self._steps())
         if ending.status == "crashed":
             if self.summary.status == "running":
@@ -158,34 +168,60 @@ class Run:
             )
         return True
 
+    def write_previous_summary(self) -> None:
+        """Put back the summary.json the run directory held before this (refused) resume."""
+        if self.dist.is_main and self.decision.previous is not None:
+            RunSummary.from_dict(self.decision.previous).write(self.run_dir)
+
     # ------------------------------------------------------------------------------------------------
     # start: the config, what to resume, `running`
     # ------------------------------------------------------------------------------------------------
 
     def _start(self) -> bool:
-        """Check the config and find the checkpoint to resume, then say `running`; False when
-        train.resume=auto finds the run finished (its summary.json stays as it is)."""
+        """Check the config and decide what train.resume continues (every check made), then say `running`;
+        False when train.resume=auto finds the run finished (its summary.json stays as it is)."""
         self._echo_config()
         self.cfg = checked(self.cfg_node)
         self.train = TrainConfig.of(self.cfg["train"])
         self._echo_config()
-        resume = self.train.resume
-        if resume == AUTO:
-            # check_lock=False: the lock is ours, so a `running` summary is a dead process's
-            plan = resume_plan(self.run_dir, self.train.max_steps, check_lock=False)
-            log.info("train.resume=auto: %s: %s", self.run_dir, plan.sentence)
-            if plan.action == SKIP:
-                self.summary = RunSummary.read(self.run_dir)
-                return False
-            # starting again drops the rows of a run that saved no checkpoint
-            self.restart = plan.action == START
-            resume = str(plan.checkpoint) if plan.checkpoint is not None else None
-        if resume:
-            self.ckpt = checkpoint.find_checkpoint(resume)
-            checkpoint.check_compatible(self.ckpt, self.cfg["model"])
-            self.summary.update(resumed_from=f"{self.ckpt.path} (step {self.ckpt.step})")
+        self.decision = resumes.decide(self.cfg, self.run_dir)
+        if self.decision.skip:
+            self.summary = RunSummary.read(self.run_dir)
+            return False
+        self.restart = (
+            self.decision.restart
+        )  # starting again drops the rows of a run that saved no checkpoint
+        self.ckpt = self.decision.checkpoint
+        if self.ckpt is not None:
+            before = (
+                self.decision.previous or {}
+            )  # what earlier resumes of the run in this directory recorded
+            self.summary.update(
+                resumed_from=f"{self.ckpt.path} (step {self.ckpt.step})",
+                resume_changes=list(before.get("resume_changes") or []),
+                missing_steps=[*(before.get("missing_steps") or []), *map(list, self.decision.missing)],
+            )
+            self._record_changes(self.decision.changes)
+            if self.decision.missing:
+                log.warning(
+                    "resumed across steps without rows in metrics.jsonl (%s) on purpose: recorded in summary.json",
+                    describe_steps(self.decision.missing),
+                )
         self.write_summary(status="running")
         return True
+
+    def _record_changes(self, changes: list[resumes.Change]) -> None:
+        """Settings this resume changed on purpose (train.resume_allow), into summary.json."""
+        assert self.ckpt is not None
+        for change in changes:
+            self.summary.resume_changes.append(change.record(self.ckpt.step))
+            log.warning(
+                "resumed at step %d with %s changed on purpose (%s → %s): recorded in summary.json",
+                self.ckpt.step,
+                change.key,
+                change.was,
+                change.now,
+            )
 
     def _echo_config(self) -> None:
         """Copy the config's identity (norm, placement, depth, ...) into the summary, as far as it resolves."""
@@ -234,6 +270,18 @@ class Run:
             for line in step_time.cpu_lines(model, cfg):
                 log.info(line)
         corpus = run_corpus(cfg, self._progress_enabled())
+        if self.ckpt is not None:  # the corpus it was trained on, by its files' hashes
+            corpus_changes = resumes.check_corpus(
+                self.ckpt.state.get(checkpoint.EXPERIMENT_KEY),
+                self.ckpt.path,
+                corpus.cache_dir,
+                self.train.resume_allow,
+            )
+            if corpus_changes:
+                self.decision.changes = [*self.decision.changes, *corpus_changes]
+                self._record_changes(corpus_changes)
+                self.write_summary()
+        self.experiment = resumes.experiment_record(cfg, corpus.cache_dir)
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
         self.summary.update(
             formula=describe(model, cfg),
@@ -296,7 +344,12 @@ class Run:
         sink: JsonlSink | None = None
         callbacks: list[Callback] = []
         if self.dist.is_main:  # the rows are rank 0's to write
-            sink = JsonlSink(self.run_dir / METRICS_FILE, resume_step=0 if self.restart else resume_step)
+            mark = {names.RESUME_CHANGED: 1} if self.decision.changes else {}
+            if self.decision.missing:
+                mark[names.RESUME_GAP] = 1
+            sink = JsonlSink(
+                self.run_dir / METRICS_FILE, resume_step=0 if self.restart else resume_step, mark=mark
+            )
             callbacks = [
                 sink,
                 *([self.wandb] if self.wandb is not None else []),
@@ -311,7 +364,9 @@ class Run:
         return result, sink.kept if sink is not None else []
 
     def _checkpoints(self, trainer: Trainer) -> Checkpoints:
-        return Checkpoints(self.run_dir / CHECKPOINT_DIR, trainer.state_dict, self.cfg["model"])
+        return Checkpoints(
+            self.run_dir / CHECKPOINT_DIR, trainer.state_dict, self.cfg["model"], experiment=self.experiment
+        )
 
     def _report(self, trainer: Trainer, result: LoopResult) -> None:
         """What the console hears at the end: learned or not, spikes, divergence."""
@@ -420,10 +475,14 @@ class Run:
         return outcome.from_rows([json.loads(line) for line in lines], before)
 
     def _continue_command(self, trained: bool) -> str | None:
-        """How to continue: from this run's own checkpoint if there is one (always, after the loop saved
-        last.pt), else from the one it resumed."""
-        if trained or checkpoint.candidates(self.run_dir / CHECKPOINT_DIR):
+        """How to continue: from this run's own checkpoint if a readable one is there (always, after the loop
+        saved last.pt), else from the one it resumed; where every checkpoint there is damaged, with
+        train.resume=auto, which starts the run again from step 0 (repeating the command would fail again)."""
+        own = self.run_dir / CHECKPOINT_DIR
+        if trained or checkpoint.newest(own) is not None:
             return self.resume_command(self.run_dir, str(self.run_dir))
+        if checkpoint.candidates(own):
+            return self.resume_command(self.run_dir, "auto")
         if self.ckpt is not None:
             return self.resume_command(self.run_dir, str(self.train.resume))
         return None

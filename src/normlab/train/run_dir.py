@@ -131,7 +131,7 @@ def _file_in_the_way(directory: Path) -> str | None:
     return None
 
 
-def _continues(directory: Path, resume: str | None) -> bool:
+def continues(directory: Path, resume: str | None) -> bool:
     """Whether `train.resume` continues the run in `directory` (auto, or a path inside it)."""
     if resume == AUTO:
         return True
@@ -174,7 +174,7 @@ def run_problem(directory: Path, resume: str | None) -> str | None:
         return problem
     if in_use(directory):
         return _busy(directory)
-    if not holds_results(directory) or _continues(directory, resume):
+    if not holds_results(directory) or continues(directory, resume):
         return None  # nothing there worth keeping (e.g. the summary of an invalid run), or continuing it
     return _holds_a_run(directory)
 
@@ -239,7 +239,7 @@ def claim_run_dir(directory: Path, resume: str | None) -> RunDirectory:
         directory,
         "run",
         lambda: (
-            None if not holds_results(directory) or _continues(directory, resume) else _holds_a_run(directory)
+            None if not holds_results(directory) or continues(directory, resume) else _holds_a_run(directory)
         ),
     )
 
@@ -283,7 +283,11 @@ class Plan:
 
 
 def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> Plan:
-    """What `train.resume=auto` does with `directory`. `check_lock=False` when the caller holds its lock."""
+    """What `train.resume=auto` does with `directory`. `check_lock=False` when the caller holds its lock.
+
+    It resumes from the newest readable checkpoint whose steps metrics.jsonl has every row of, so that a
+    truncated or deleted metrics.jsonl never leaves a hole: the steps without rows are trained again (from
+    an older step checkpoint, or from step 0 when none is old enough)."""
     from normlab.train.checkpoint import CHECKPOINT_DIR, newest  # here: a sweep's parent needs torch only now
 
     status, steps = read_status(directory)
@@ -295,10 +299,14 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         )
     if status is None and not holds_results(directory):
         return Plan(START, "not started yet: starting it", status=None)
-    found = newest(directory / CHECKPOINT_DIR)
-    if status in FINISHED and (status == "diverged" or max_steps is None or steps >= max_steps):
+    logged = training_steps(directory)
+    covered = rows_cover(logged)
+    finished = status in FINISHED and (status == "diverged" or max_steps is None or steps >= max_steps)
+    if finished and (status == "diverged" or covered >= steps):
         return Plan(SKIP, f"{status} ({steps} steps): skipped", status=status)
-    if status in FINISHED:
+    if finished:
+        why = f"{status} ({steps} steps)"
+    elif status in FINISHED:
         why = f"completed {steps} of now {max_steps} steps"
     elif status == "interrupted":
         why = f"interrupted at step {steps}"
@@ -306,6 +314,13 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         why = "left running by a process that ended without saving (SIGKILL, out of memory, power loss)"
     else:
         why = f"ended as {status}"
+    found = newest(directory / CHECKPOINT_DIR)
+    if found is not None and found[1] > covered:  # its rows are not all there: an older checkpoint, or none
+        holes = describe_steps(missing_steps(logged, found[1]))
+        why += f", but metrics.jsonl has no rows for steps {holes}"
+        found = newest(directory / CHECKPOINT_DIR, at_most=covered)
+        if found is not None:
+            why += f", so they are trained again from {CHECKPOINT_DIR}/{found[0].name}"
     if found is None:
         return Plan(START, f"{why}; no checkpoint was saved, so it starts again from step 0", status=status)
     path, step = found
@@ -316,6 +331,60 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         step=step,
         status=status,
     )
+
+
+# ----------------------------------------------------------------------------------------------------
+# metrics.jsonl against the steps a checkpoint holds: every step exactly once
+# ----------------------------------------------------------------------------------------------------
+
+
+def training_steps(directory: Path) -> list[int]:
+    """The steps of metrics.jsonl's training rows (those with a loss), in file order; torn lines left out."""
+    from normlab.metrics import names
+    from normlab.metrics.sinks import read_rows
+
+    path = directory / METRICS_FILE
+    try:
+        lines, _ = read_rows(path)
+    except OSError:
+        return []
+    steps = []
+    for line in lines:
+        row = json.loads(line)
+        if names.LOSS in row:
+            steps.append(int(row[names.STEP]))
+    return steps
+
+
+def rows_cover(steps: list[int]) -> int:
+    """The first step without a row, counting from the first row's step (0 for a run's own rows; a run that
+    continued another directory's checkpoint starts later): a checkpoint at or before it leaves no hole."""
+    present = set(steps)
+    step = min(present) if present else 0
+    while step in present:
+        step += 1
+    return step
+
+
+def missing_steps(steps: list[int], before: int) -> list[tuple[int, int]]:
+    """The runs of steps below `before` that have no row, as (first, last) pairs, from the first row's step."""
+    present = set(steps)
+    start = min(present) if present else 0
+    gaps: list[tuple[int, int]] = []
+    for step in range(start, before):
+        if step in present:
+            continue
+        if gaps and gaps[-1][1] == step - 1:
+            gaps[-1] = (gaps[-1][0], step)
+        else:
+            gaps.append((step, step))
+    return gaps
+
+
+def describe_steps(gaps: list[tuple[int, int]]) -> str:
+    """[(70, 159), (200, 200)] → "70–159 and 200"."""
+    parts = [f"{a}–{b}" if b > a else str(a) for a, b in gaps]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -91,6 +91,18 @@ class RunSummary:
         kind=DETAIL, doc="the signal that interrupted the run (SIGTERM, SIGINT, SIGUSR1)"
     )
     resumed_from: str | None = _field(kind=DETAIL, doc="the checkpoint this run continued from")
+    resume_changes: list[dict[str, Any]] = _field(
+        [],
+        kind=DETAIL,
+        doc="settings a resume changed on purpose (train.resume_allow), each {step, key, was, now}: the step "
+        "it continued from, the setting (or `corpus`), its value before and after",
+    )
+    missing_steps: list[list[int]] = _field(
+        [],
+        kind=DETAIL,
+        doc="steps without a row in metrics.jsonl that a resume continued across on purpose "
+        "(train.resume_allow=[missing_rows]), as [first, last] pairs",
+    )
     resume_command: str | None = _field(
         kind=DETAIL, doc="the command that continues this run (interrupted and failed runs)"
     )

@@ -1,0 +1,327 @@
+"""A resume continues the same experiment with every step accounted for, or refuses in one sentence.
+
+`decide(cfg, run_dir)` turns `train.resume` into what a run does — skip (train.resume=auto on a finished
+run), start, or continue a checkpoint — and checks that the checkpoint belongs to this experiment:
+
+- the model (`checkpoint.check_compatible`: depth, norm, placement, `model.*`);
+- every other setting that changes what the run computes (`experiment_settings`: seed, `optim.*`, the
+  schedule and warm-up, `data.*`, batch and window, precision, gradient clipping, the spike and divergence
+  rules, …) against the record the checkpoint keeps (`EXPERIMENT_KEY`); only the settings in `FREE` may
+  change (train further with a larger `train.max_steps`, another device, logger or checkpoint interval);
+- the corpus (`check_corpus`, once it is built): the SHA-256 of its tokenizer and token files, so that token
+  ids never change meaning mid-run even where the settings look alike;
+- the rows (`check_rows`): resuming a run in its own directory, metrics.jsonl must hold a row for every
+  step the checkpoint has trained, or the resume would leave a hole for good (`train.resume=auto` picks a
+  checkpoint the rows cover instead: normlab.train.run_dir.plan).
+
+A deliberate change is allowed only when named in `train.resume_allow` (a setting, a group such as `data`,
+or `missing_rows`); the run then records it in summary.json (`resume_changes`, `missing_steps`) and marks
+the first row it logs (`resume/changed`, `resume/gap`). A refusal of a resume in the run's own directory
+leaves that directory as it was: the command line asks `decide` before Hydra writes anything there
+(normlab.cli.RunDirGuard), and a run refused later (the corpus, known once built) puts its summary back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from normlab.config.groups import MISSING_ROWS
+from normlab.errors import InvalidConfig, UserError
+from normlab.train import checkpoint
+from normlab.train.checkpoint import CHECKPOINT_DIR, EXPERIMENT_KEY, Checkpoint
+from normlab.train.run_dir import (
+    AUTO,
+    RESUME,
+    SKIP,
+    START,
+    describe_steps,
+    missing_steps,
+    plan,
+    rows_cover,
+    training_steps,
+)
+from normlab.train.summary import SUMMARY_FILE
+
+log = logging.getLogger("normlab")
+
+# Settings a resume may change without changing the experiment: how long and where it trains, what it logs
+# and how often it saves. `train.max_steps` moves the end of the decay schedules with it (train on).
+FREE = (
+    "train.max_steps",
+    "train.resume",
+    "train.resume_allow",
+    "train.device",
+    "train.num_threads",
+    "train.compile",
+    "train.progress",
+    "train.flush_every",
+    "train.ckpt_every",
+    "train.eval_every",
+    "train.eval_at_start",
+    "train.sample_tokens",
+    "train.sample_prompt",
+    "train.peak_flops",
+    "data.cache_dir",  # where the token cache is: the corpus itself is checked by its files' hashes
+    "data.path",
+    "data.tokenizer_path",
+    "logger",
+    "metrics",
+    "name",
+    "experiment_name",
+)
+# The model's settings: compared by checkpoint.check_compatible, with its own sentence.
+MODEL_GROUPS = ("model", "norm", "placement", "depth")
+CORPUS = "data"  # train.resume_allow=[data] also allows another corpus
+
+
+class ResumeRefused(InvalidConfig):
+    """The checkpoint belongs to another experiment (status invalid): one sentence naming what differs."""
+
+
+class RowsMissing(UserError):
+    """metrics.jsonl lacks rows the checkpoint has trained (status failed): the steps, and how to go on."""
+
+
+def _covers(prefix: str, key: str) -> bool:
+    return key == prefix or key.startswith(prefix + ".")
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return flat
+
+
+def experiment_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The checked config's settings that a resume must keep, flat (`optim.lr`: 0.003)."""
+    return {
+        key: value
+        for key, value in flatten(cfg).items()
+        if not any(_covers(p, key) for p in (*FREE, *MODEL_GROUPS))
+    }
+
+
+def corpus_identity(cache_entry: Path) -> dict[str, str] | None:
+    """The SHA-256 of a token-cache entry's tokenizer and token files (from its meta.json), or None."""
+    try:
+        files = json.loads((cache_entry / "meta.json").read_text())["files"]
+        return {name: str(record["sha256"]) for name, record in sorted(files.items())}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def experiment_record(cfg: Mapping[str, Any], cache_entry: Path | None) -> dict[str, Any]:
+    """What a checkpoint keeps of its experiment (plain values only: it loads with weights_only)."""
+    return {
+        "settings": experiment_settings(cfg),
+        "corpus": corpus_identity(cache_entry) if cache_entry is not None else None,
+    }
+
+
+@dataclass(frozen=True)
+class Change:
+    """A setting a resume changed on purpose (train.resume_allow), at the step it continued from."""
+
+    key: str
+    was: Any
+    now: Any
+
+    def record(self, step: int) -> dict[str, Any]:
+        return {"step": step, "key": self.key, "was": self.was, "now": self.now}
+
+
+def allowed_by(key: str, allow: Iterable[str]) -> bool:
+    return any(_covers(a, key) for a in allow)
+
+
+def _shown_key(key: str) -> str:
+    return key.removesuffix(".name") if key.count(".") == 1 and key.endswith(".name") else key
+
+
+def _shown(value: Any) -> str:
+    from normlab.config.check import shown
+
+    return shown(value)
+
+
+def _allow_hint(keys: list[str]) -> str:
+    return f"'train.resume_allow=[{','.join(dict.fromkeys(keys))}]'"
+
+
+def check_settings(ckpt: Checkpoint, cfg: Mapping[str, Any], allow: Iterable[str]) -> list[Change]:
+    """The settings that differ from the checkpoint's experiment and that `allow` names; ResumeRefused
+    naming the others. A checkpoint saved before the record existed is said once and not checked."""
+    record = ckpt.state.get(EXPERIMENT_KEY)
+    if not isinstance(record, Mapping) or not isinstance(record.get("settings"), Mapping):
+        log.warning(
+            "%s was saved before normlab recorded a run's experiment: its seed, optimizer and corpus cannot be "
+            "checked against this run's",
+            ckpt.path,
+        )
+        return []
+    saved, now = dict(record["settings"]), experiment_settings(cfg)
+    # a setting one side does not know (added or removed by another normlab version) cannot be compared
+    changes = [
+        Change(key, saved[key], now[key])
+        for key in sorted(set(saved) & set(now))
+        if not any(_covers(p, key) for p in (*FREE, *MODEL_GROUPS)) and saved[key] != now[key]
+    ]
+    allow = list(allow)
+    refused = [c for c in changes if not allowed_by(c.key, allow)]
+    if refused:
+        parts = "; ".join(f"{_shown_key(c.key)}={_shown(c.was)} there, {_shown(c.now)} here" for c in refused)
+        first = refused[0]
+        raise ResumeRefused(
+            f"The checkpoint {ckpt.path} was trained in another experiment ({parts}); a resume continues the "
+            f"same experiment, so resume with its settings (e.g. {_shown_key(first.key)}={_shown(first.was)}), "
+            "start afresh without train.resume, or change them on purpose with "
+            f"{_allow_hint([c.key for c in refused])} (recorded in summary.json and marked in metrics.jsonl).",
+            _shown_key(first.key),
+        )
+    return changes
+
+
+def check_corpus(
+    ckpt_record: Mapping[str, Any] | None, ckpt_path: Path, cache_entry: Path, allow: Iterable[str]
+) -> list[Change]:
+    """Whether the corpus is the one the checkpoint was trained on (its files' hashes); a different one is
+    a Change when `allow` names `data`, ResumeRefused otherwise."""
+    saved = (ckpt_record or {}).get("corpus") if isinstance(ckpt_record, Mapping) else None
+    now = corpus_identity(cache_entry)
+    if not saved or now is None or dict(saved) == now:
+        return []
+    differ = sorted(name for name in set(saved) | set(now) if saved.get(name) != now.get(name))
+    change = Change("corpus", {n: saved.get(n) for n in differ}, {n: now.get(n) for n in differ})
+    if allowed_by(CORPUS, allow):
+        return [change]
+    raise ResumeRefused(
+        f"The checkpoint {ckpt_path} was trained on another corpus (here {', '.join(differ)} differ from the "
+        f"files it was trained on, in {cache_entry}), so its token ids would mean other text; resume with the "
+        "data it was trained on, start afresh without train.resume, or continue on this corpus on purpose "
+        "with 'train.resume_allow=[data]' (recorded in summary.json and marked in metrics.jsonl).",
+        "data",
+    )
+
+
+def check_rows(run_dir: Path, ckpt: Checkpoint, allow: Iterable[str]) -> list[tuple[int, int]]:
+    """The steps before the checkpoint's that metrics.jsonl in `run_dir` (the checkpoint's own run) has no
+    row for, when `allow` names missing_rows; RowsMissing saying which, and how to go on, otherwise."""
+    steps = training_steps(run_dir)
+    gaps = missing_steps(steps, ckpt.step)
+    if not gaps or allowed_by(MISSING_ROWS, allow):
+        return gaps
+    older = checkpoint.newest(run_dir / CHECKPOINT_DIR, at_most=rows_cover(steps))
+    if older is not None:
+        path, step = older
+        remedy = (
+            f"resume from {CHECKPOINT_DIR}/{path.name} instead (train.resume={path}, or train.resume=auto, "
+            f"which picks it: steps {step}–{ckpt.step - 1} are trained again)"
+        )
+    else:
+        remedy = "start it again from step 0 with train.resume=auto (its rows are dropped first)"
+    raise RowsMissing(
+        f"metrics.jsonl in {run_dir} has no rows for steps {describe_steps(gaps)}, which {ckpt.path.name} "
+        f"(step {ckpt.step}) has trained: resuming from it would leave them missing for good; {remedy}, or "
+        f"keep the hole on purpose with 'train.resume_allow=[{MISSING_ROWS}]' (recorded in summary.json)."
+    )
+
+
+def in_place(run_dir: Path, ckpt_path: Path) -> bool:
+    """Whether the checkpoint is one of `run_dir`'s own (the run continues in its own directory)."""
+    with contextlib.suppress(OSError):
+        return ckpt_path.resolve().parent.parent == run_dir.resolve()
+    return False
+
+
+@dataclass
+class Decision:
+    """What a run does with train.resume: skip (auto, finished), start (restart: drop the rows there), or
+    continue `checkpoint`, with the changes and the hole it was allowed to continue across."""
+
+    skip: bool = False
+    checkpoint: Checkpoint | None = None
+    restart: bool = False
+    in_place: bool = False
+    changes: list[Change] = field(default_factory=list)
+    missing: list[tuple[int, int]] = field(default_factory=list)
+    previous: dict[str, Any] | None = None  # the directory's summary.json before this run, when continuing it
+
+
+def _summary(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((run_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def decide(
+    cfg: Mapping[str, Any],
+    run_dir: Path,
+    *,
+    say: Callable[[str], None] = log.info,
+    mmap: bool = False,
+    check_lock: bool = False,
+) -> Decision:
+    """What train.resume (in the checked config `cfg`) makes a run in `run_dir` do, every check made; raises
+    ResumeRefused, RowsMissing or UserError (a missing or damaged checkpoint) in one sentence. `mmap`: open
+    the checkpoint without reading its tensors (a check before the run)."""
+    train = cfg["train"]
+    resume, allow = train.get("resume"), list(train.get("resume_allow") or [])
+    if not resume:
+        return Decision()
+    target: str | None = resume
+    decision = Decision(previous=_summary(run_dir))
+    if resume == AUTO:
+        found = plan(run_dir, train["max_steps"], check_lock=check_lock)
+        say(f"train.resume=auto: {run_dir}: {found.sentence}")
+        if found.action == SKIP:
+            decision.skip = True
+            newest = checkpoint.newest(run_dir / CHECKPOINT_DIR)
+            if newest is not None:  # a finished run of another experiment is not this one's either
+                ckpt = checkpoint.find_checkpoint(newest[0], mmap=True)
+                checkpoint.check_compatible(ckpt, cfg["model"])
+                check_settings(ckpt, cfg, allow)
+            return decision
+        decision.restart = found.action == START
+        target = str(found.checkpoint) if found.action == RESUME else None
+    if target is None:
+        return decision
+    ckpt = checkpoint.find_checkpoint(target, mmap=mmap)
+    checkpoint.check_compatible(ckpt, cfg["model"])
+    decision.changes = check_settings(ckpt, cfg, allow)
+    decision.in_place = in_place(run_dir, ckpt.path)
+    if decision.in_place:
+        decision.missing = check_rows(run_dir, ckpt, allow)
+    else:
+        decision.previous = None
+    decision.checkpoint = ckpt
+    return decision
+
+
+def check_before_writing(config: Any, run_dir: Path) -> None:
+    """For a start that continues the run in `run_dir` (train.resume=auto or a path inside it): every check
+    of `decide`, made on Hydra's composed `config` before anything is written there, so that a refused
+    resume leaves the run — its summary.json, its .hydra/ — as it was. Raises as `decide` does (and
+    InvalidConfig for a bad value: a run that is there is not relabelled by a command that cannot run)."""
+    from omegaconf import OmegaConf
+
+    from normlab.config import checked
+
+    task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]) if "hydra" in config else config
+    quiet, level = logging.getLogger("normlab"), logging.getLogger("normlab").level
+    quiet.setLevel(logging.ERROR)  # what it would warn about, the run itself says in a moment
+    try:
+        decide(checked(task), run_dir, say=lambda _: None, mmap=True)
+    finally:
+        quiet.setLevel(level)
