@@ -37,6 +37,7 @@ from normlab import distributed, launchers
 from normlab.commands import hydra_value, sweep_command
 from normlab.errors import UserError
 from normlab.train.run_dir import claim_run_dir, claim_sweep_dir, continues, holds_results, release_claims
+from normlab.train.signals import handlers_restored
 
 log = logging.getLogger("normlab")
 
@@ -106,6 +107,7 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         resume_command=resume_command,
         dist=distributed.current(),
         step_time=not multirun,  # a sweep's jobs do not each need telling (and would each pay for it)
+        keep_signals=not multirun,  # in a sweep the launcher's handlers come back between jobs
     )
     try:
         summary = run.execute()
@@ -286,8 +288,11 @@ def join_torchrun(argv: list[str] | None = None) -> None:
 def guarded(main: Callable[[], Any]) -> None:
     """Call a @hydra.main function; every error a user can cause ends as one sentence and its exit code."""
     try:
-        with _full_hydra_errors():
-            main()
+        with _full_hydra_errors(), handlers_restored():
+            try:
+                main()
+            finally:
+                release_claims()  # the run or sweep directory RunDirGuard claimed: the next command may use it
     except SystemExit:
         raise
     except KeyboardInterrupt:  # Ctrl-C outside a job (composing, between jobs): nothing to save
@@ -306,8 +311,6 @@ def guarded(main: Callable[[], Any]) -> None:
             sys.exit(EXIT_CRASHED)
         print(f"error: {sentence}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
-    finally:
-        release_claims()  # the run or sweep directory RunDirGuard claimed: the next command may use it
 
 
 @hydra.main(config_path="pkg://normlab.configs", config_name="config", version_base="1.3")

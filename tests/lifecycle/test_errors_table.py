@@ -127,6 +127,83 @@ def _resume_other_norm(train_cli, trained_run, tmp_path, monkeypatch):
     return train_cli(f"train.resume={trained_run}", "norm=rms"), "norm"
 
 
+def files_of(run: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".run.lock"}
+
+
+def interrupted_run(trained_run: Path, dst: Path) -> Path:
+    """A copy of the 3-step run as a SIGTERM at step 3 leaves it."""
+    run = copy_run(trained_run, dst)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))
+    return run
+
+
+def cut_after_row(run: Path, kept: int) -> None:
+    """metrics.jsonl cut in the middle of the row after the first `kept` rows."""
+    path = run / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:kept]) + lines[kept][:9])
+
+
+@case(
+    "resuming a run in its own directory with another seed, learning rate and corpus (`seed=7 optim.lr=0.05 "
+    "data.corpus_seed=99 train.resume=DIR hydra.run.dir=DIR`)"
+)
+def _resume_other_experiment(train_cli, trained_run, tmp_path, monkeypatch):
+    run = interrupted_run(trained_run, tmp_path / "run")
+    before = files_of(run)
+    result = train_cli("seed=7", "optim.lr=0.05", "data.corpus_seed=99", f"train.resume={run}", run_dir=run)
+    assert files_of(run) == before
+    assert "data.corpus_seed=1234 there, 99 here" in result.output
+    return result, "seed"
+
+
+@case("resuming a run whose `metrics.jsonl` was cut short (`train.resume=DIR hydra.run.dir=DIR`)")
+def _resume_rows_missing(train_cli, trained_run, tmp_path, monkeypatch):
+    run = interrupted_run(trained_run, tmp_path / "run")
+    cut_after_row(run, 2)
+    before = files_of(run)
+    result = train_cli(f"train.resume={run}", run_dir=run)
+    assert files_of(run) == before
+    return result, "metrics.jsonl"
+
+
+@case("`train.resume=auto` in a directory whose `metrics.jsonl` was cut short")
+def _auto_rows_missing(train_cli, trained_run, tmp_path, monkeypatch):
+    run = interrupted_run(trained_run, tmp_path / "run")
+    cut_after_row(run, 2)
+    result = train_cli("train.resume=auto", "train.max_steps=4", run_dir=run)
+    assert [r["step"] for r in result.rows() if "loss" in r] == [0, 1, 2, 3]
+    return result, "metrics.jsonl"
+
+
+@case("`train.resume=auto` where the newest step checkpoint of a killed run is damaged")
+def _auto_damaged_step(train_cli, trained_run, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    assert train_cli("train.max_steps=5", "train.ckpt_every=2", run_dir=run).code == 0
+    (run / "checkpoints" / "last.pt").unlink()
+    newest = run / "checkpoints" / "step_000004.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    result = train_cli("train.resume=auto", "train.max_steps=5", "train.ckpt_every=2", run_dir=run)
+    assert [r["step"] for r in result.rows() if "loss" in r] == [0, 1, 2, 3, 4]
+    return result, "step_000002.pt"
+
+
+@case("`train.resume=DIR hydra.run.dir=DIR` where every checkpoint in DIR is damaged (an empty `last.pt`)")
+def _resume_all_damaged(train_cli, trained_run, tmp_path, monkeypatch):
+    run = interrupted_run(trained_run, tmp_path / "run")
+    (run / "checkpoints" / "step_000002.pt").unlink()
+    (run / "checkpoints" / "last.pt").write_bytes(b"")
+    before = files_of(run)
+    result = train_cli(f"train.resume={run}", run_dir=run)
+    assert files_of(run) == before
+    assert "continue with:" not in result.output  # no command that would fail the same way
+    return result, "train.resume=auto"
+
+
 def killed_run(trained_run: Path, dst: Path, keep: tuple[str, ...]) -> Path:
     """A copy of the 3-step run as SIGKILL leaves one: summary.json `running`, only `keep`'s checkpoints."""
     run = copy_run(trained_run, dst)
@@ -210,6 +287,18 @@ def _sweep_busy(train_cli, trained_run, tmp_path, monkeypatch):
     assert sweep_cli(train_cli, tmp_path / "sweep", "seed=0").code == 0
     with FileLock(str(tmp_path / "sweep" / "0_ln-pre-L2-w2-s0" / ".run.lock")):
         return sweep_cli(train_cli, tmp_path / "sweep", "seed=0", "train.resume=auto"), ".run.lock"
+
+
+@case("a second sweep into a sweep directory while the first one runs")
+def _sweep_dir_in_use(train_cli, trained_run, tmp_path, monkeypatch):
+    from filelock import FileLock
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    with FileLock(str(sweep / ".run.lock")):  # what the first sweep's parent holds while it runs
+        result = sweep_cli(train_cli, sweep, "seed=0,1")
+    assert sorted(p.name for p in sweep.iterdir()) == [".run.lock"]  # no multirun.yaml, no job written
+    return result, "hydra.sweep.dir"
 
 
 @case("a sweep with an invalid job (`-m depth=0,2`)")
@@ -334,17 +423,55 @@ def _truncated_checkpoint(train_cli, trained_run, tmp_path, monkeypatch):
     return result, "train.resume"
 
 
+class FillingFile:
+    """A file whose disk fills up after `room` bytes: writes beyond it fail with ENOSPC, as a full disk's do
+    (what torch's own writer and a metrics row then meet)."""
+
+    def __init__(self, f, room: int) -> None:
+        self.f, self.room = f, room
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
 @case("disk full while writing a checkpoint")
 def _disk_full(train_cli, trained_run, tmp_path, monkeypatch):
+    """torch.save itself meets the full disk (its RuntimeError raised while handling the OSError), not a
+    stub that raises the OSError in its place; tests/lifecycle/test_disk_full.py does it on a real 2 MB
+    file system where one can be mounted."""
     import normlab.train.checkpoint as ckpt
 
-    def full(obj, f, *args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(ckpt.torch, "save", full)
+    real_save = ckpt.torch.save
+    monkeypatch.setattr(
+        ckpt.torch, "save", lambda obj, f, *a, **k: real_save(obj, FillingFile(f, 4096), *a, **k)
+    )
     result = train_cli()
     assert [r["step"] for r in result.rows() if "loss" in r] == [0, 1, 2]  # every row made it
-    return result, "hydra.run.dir"
+    assert "enforce fail" not in result.output
+    return result, "checkpoints/last.pt"
+
+
+@case("disk full while writing `metrics.jsonl`")
+def _disk_full_metrics(train_cli, trained_run, tmp_path, monkeypatch):
+    from normlab.metrics.sinks import JsonlSink
+
+    real_init = JsonlSink.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self._file = FillingFile(self._file, 2000)
+
+    monkeypatch.setattr(JsonlSink, "__init__", init)
+    result = train_cli("train.max_steps=50", "train.flush_every=1")
+    lines = (result.run_dir / "metrics.jsonl").read_text().splitlines()
+    assert lines and all(json.loads(line)["step"] == i for i, line in enumerate(lines))  # whole rows
+    return result, "metrics.jsonl"
 
 
 @case("`checkpoints/last.pt` damaged, an older `step_N.pt` readable")
@@ -455,6 +582,24 @@ def _second_signal(train_cli, trained_run, tmp_path, monkeypatch):
     result = train_cli("train.max_steps=50", "train.flush_every=1")
     state = torch.load(result.run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert state["step"] == result.summary["steps"]  # the save finished, whole
+    return result, "SIGTERM"
+
+
+@case("signals after the run's summary is written (while its sample is written)")
+def _signals_after_the_end(train_cli, trained_run, tmp_path, monkeypatch):
+    import normlab.train.run as run_mod
+
+    real = run_mod.generate
+
+    def generate(*args, **kwargs):  # three: the count that stops a run without saving, were it still going
+        for _ in range(3):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run_mod, "generate", generate)
+    result = train_cli("train.sample_tokens=4")
+    assert (result.run_dir / "sample.txt").read_text().strip()
+    assert result.summary["reason"] is None
     return result, "SIGTERM"
 
 

@@ -63,6 +63,13 @@ def parameter_count(model: ModelConfig | Mapping[str, Any]) -> int:
     return embeddings + layers * block + 2 * d
 
 
+def embedding_share(model: ModelConfig | Mapping[str, Any]) -> float:
+    """The share of the parameters in the token embedding (and the head, when untied)."""
+    model = ModelConfig.of(model)
+    embeddings = int(model.vocab_size) * int(model.d_model) * (1 if model.tie_embeddings else 2)
+    return embeddings / max(parameter_count(model), 1)
+
+
 def estimate(cfg: Mapping[str, Any], world_size: int = 1) -> MemoryEstimate:
     """The lower-bound estimate above for a checked config."""
     model, train = ModelConfig.of(cfg["model"]), TrainConfig.of(cfg["train"])
@@ -144,7 +151,16 @@ def refusal(
             continue
         detail = ", ".join(f"{labels[k]} {size(v)}" for k, v in parts.items() if v)
         model, train = cfg["model"], cfg["train"]
-        if parts.get("model", 0) * 2 >= needed:
+        if parts.get("model", 0) * 2 >= needed and embedding_share(model) >= 0.5:
+            # the token embedding (and an untied head) hold most parameters: the vocabulary is the size
+            key = (
+                "data.vocab_size"
+                if model["vocab_size"] == cfg.get("data", {}).get("vocab_size")
+                else "model.vocab_size"
+            )
+            fix = f"lower {key} (the embedding is vocab_size × model.d_model) or model.d_model"
+            subject = f"{key}={model['vocab_size']} (with model.d_model={model['d_model']})"
+        elif parts.get("model", 0) * 2 >= needed:
             key, fix = "model.d_model", "lower model.d_model or depth"
             subject = f"model.d_model={model['d_model']} (with depth={model['n_layers']})"
         else:

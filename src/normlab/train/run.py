@@ -91,8 +91,11 @@ class Run:
         resume_command: ResumeCommand = default_resume_command,
         dist: Dist = SINGLE,
         step_time: bool = False,
+        keep_signals: bool = False,
     ) -> None:
         self.dist = dist
+        # a single run's command: signals after the final summary stay ignored until the command ends
+        self.keep_signals = keep_signals
         # say first how long a step will take (a run typed at a CPU's command line, not a sweep's job)
         self.step_time = step_time
         self.cfg_node = cfg
@@ -119,7 +122,7 @@ class Run:
         if self.dist.is_main:  # other ranks write nothing
             self.directory.acquire()
         try:
-            with self.stop.installed():
+            with self.stop.installed(keep_when_settled=self.keep_signals):
                 self._lifecycle()
         finally:
             self.directory.release()
@@ -402,6 +405,8 @@ class Run:
         )
         if self.dist.is_main:
             self.summary.write(self.run_dir)
+        if self.summary.status != "running":  # the final summary: later signals change nothing
+            self.stop.settle(self.summary.status)
         return self.summary
 
     def _finish(

@@ -14,6 +14,11 @@ Where no step boundary is coming (building the data, the model), waiting makes n
 it (the loop and the final save) a second signal is acknowledged and ignored, so it cannot cut a checkpoint
 or summary in half; a third one raises `Interrupted` anyway, for a user who really wants out (files are
 written atomically, so even then nothing is left half-written).
+
+Once the run's final summary.json is written (`settle`), its ending is decided: a signal after that — while
+the sample is written, W&B finishes, the process exits — is acknowledged and ignored, so a completed run
+stays completed, exits 0 and keeps its sample. A single run keeps that handler until its command ends
+(`installed(keep_when_settled=True)`), not only until `Run.execute` returns.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ class StopRequest:
         self.signum: int | None = None
         self.count = 0
         self._deferring = 0
+        self.settled: str | None = None  # the run's final status, once summary.json says it
 
     def __call__(self) -> bool:
         return self.signum is not None
@@ -96,7 +102,14 @@ class StopRequest:
         if self.signum is None:
             self.signum = signum
 
+    def settle(self, status: str) -> None:
+        """The run's final summary.json is written with `status`: from now on signals change nothing."""
+        self.settled = status
+
     def handle(self, signum: int, frame: FrameType | None = None) -> None:
+        if self.settled is not None:
+            _say(f"{signal_name(signum)} received after the run ended ({self.settled}): nothing to stop")
+            return
         self.request(signum)
         if not self._deferring:
             raise Interrupted(signum)
@@ -120,9 +133,12 @@ class StopRequest:
             self._deferring -= 1
 
     @contextlib.contextmanager
-    def installed(self, signals: tuple[int, ...] | None = None) -> Iterator[StopRequest]:
+    def installed(
+        self, signals: tuple[int, ...] | None = None, keep_when_settled: bool = False
+    ) -> Iterator[StopRequest]:
         """Route `signals` (default: every signal this request has a reaction for) to this request for the
-        duration; previous handlers come back afterwards.
+        duration; previous handlers come back afterwards — unless `keep_when_settled` and the run has
+        settled, when this request's handler stays (the caller restores handlers when it ends).
 
         Only the main thread can install handlers: elsewhere (a run started from a worker thread) this does
         nothing and signals keep their previous meaning.
@@ -138,5 +154,17 @@ class StopRequest:
         try:
             yield self
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+            if not (keep_when_settled and self.settled is not None):
+                for s, handler in previous.items():
+                    signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def handlers_restored(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """The handlers of `signals` as they are now come back when the block ends, whatever it installed."""
+    previous = {s: signal.getsignal(s) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
