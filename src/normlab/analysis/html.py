@@ -1,5 +1,7 @@
 """report.md as one self-contained HTML page: figures and linked files embedded as data: URIs, styles
-inline, nothing fetched from anywhere, so the page can be mailed or opened offline as a single file."""
+inline, nothing fetched from anywhere, so the page can be mailed or opened offline as a single file. Only
+files inside the report's own folder are embedded: whatever a Markdown line points at, nothing else on the
+machine ends up in the page."""
 
 from __future__ import annotations
 
@@ -30,8 +32,18 @@ def data_uri(path: Path) -> str:
     return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
 
 
+def inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, links followed, is a file within `folder` (the report's own)."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve()) and path.is_file()
+    except OSError:
+        return False
+
+
 def _embed(tokens, base_dir: Path) -> None:
-    """Point every relative image and link at its file's contents; leave absolute URLs and anchors alone."""
+    """Point every relative image and link at its file's contents — only files inside `base_dir`, the
+    report's own folder (a path out of it, absolute or `../`, or a link that leads out, is never read into
+    the page); leave URLs and anchors alone."""
     for token in tokens:
         if token.children:
             _embed(token.children, base_dir)
@@ -42,7 +54,7 @@ def _embed(tokens, base_dir: Path) -> None:
         if not target or target.startswith(("#", "data:")) or "://" in target:
             continue
         path = base_dir / target
-        if path.is_file():
+        if inside(path, base_dir):
             token.attrSet(attr, data_uri(path))
             if token.type == "link_open":
                 token.attrSet("download", Path(target).name)

@@ -419,6 +419,14 @@ def warnings(rs: RunSet, metric: str = METRIC) -> list[str]:
             "the placement, only that this setup failed to train them (train longer, or lower the "
             "learning rate)."
         )
+    holes = rs.runs[rs.runs["rows_missing"].fillna(0) > 0] if "rows_missing" in rs.runs else rs.runs.iloc[:0]
+    if not holes.empty:
+        listed = ", ".join(f"{run} ({int(n)} steps)" for run, n in holes["rows_missing"].items())
+        out.append(
+            f"{len(holes)} run(s) have steps without a row in metrics.jsonl (a hole left by a damaged file or a "
+            f"resume across it): {listed}. Their curves skip those steps and their final numbers come from the "
+            "rows that are there; the Warnings section says which steps."
+        )
     diverged = [v for v in vals.values() if v.diverged]
     if diverged:
         listed = ", ".join(f"{v.variant} ({v.diverged} of {v.runs})" for v in diverged)

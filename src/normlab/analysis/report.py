@@ -8,8 +8,9 @@ styles inline) that can be mailed or opened anywhere.
 from __future__ import annotations
 
 import math
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from normlab.analysis import narrative
+from normlab.analysis.escape import markdown_view, md_text
 from normlab.analysis.html import markdown_to_html
 from normlab.analysis.load import SEED_KEY, RunSet, short_names
 from normlab.analysis.plots import DPI, FIGURES, NoData, plot_grid, save
@@ -69,7 +71,7 @@ def choose_grid(rs: RunSet, grid: str | Sequence[str] | None) -> tuple[str, str]
 
 
 def _md_escape(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return re.sub(r"(?<!\\)\|", r"\\|", str(value)).replace("\n", " ")  # a pipe escaped once, never twice
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -190,16 +192,20 @@ def write_report(
     report.summary = table
     write_text_atomic(out / SUMMARY_CSV, table.to_csv(index=False))
     write_text_atomic(out / RUNS_CSV, rs.runs.drop(columns=["_order"], errors="ignore").to_csv())
-    text = _markdown(rs, table, sections, report.skipped, title)
+    # the Markdown from a view whose run-directory strings are escaped: they show as text, never as markup
+    view = markdown_view(rs)
+    shown_sections = [(md_text(t), f) for t, f in sections]
+    shown_skipped = {md_text(k): md_text(v) for k, v in report.skipped.items()}
+    text = _markdown(view, summary_table(view), shown_sections, shown_skipped, _title(view, title, md_text))
     write_text_atomic(report.path, text)
     report.html = out / HTML_FILE
     write_text_atomic(report.html, markdown_to_html(text, out, title=_title(rs, title)))
     return report
 
 
-def _title(rs: RunSet, title: str | None) -> str:
+def _title(rs: RunSet, title: str | None, shown: Callable[[str], str] = str) -> str:
     if title is not None:
-        return title
+        return shown(title)
     runs = rs.runs
     title = f"Comparison of {len(runs)} runs"
     experiments = runs["experiment_name"].dropna().unique() if "experiment_name" in runs else []
@@ -213,11 +219,11 @@ def _markdown(
     table: pd.DataFrame,
     sections: list[tuple[str, str]],
     skipped: dict[str, str],
-    title: str | None,
+    title: str,
 ) -> str:
     runs = rs.runs
-    lines: list[str] = [f"# {_title(rs, title)}", ""]
-    sources = ", ".join(f"`{p}`" for p in rs.sources)
+    lines: list[str] = [f"# {title}", ""]
+    sources = ", ".join(str(p) for p in rs.sources)
     lines.append(f"Generated {time.strftime('%Y-%m-%d %H:%M')} from {sources}.")
     lines.append("")
     warnings = narrative.warnings(rs)

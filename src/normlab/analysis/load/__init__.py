@@ -40,6 +40,8 @@ from normlab.analysis.load.palette import (
 )
 from normlab.analysis.load.read import (
     load_one,
+    missing_steps,
+    rows_missing_text,
     summary_from_metrics,
 )
 from normlab.analysis.load.variants import (
@@ -262,6 +264,14 @@ def load_runs(
             warnings.append(f"{run_id}: no summary.json; status and final values rebuilt from metrics")
         if run.bad_lines:
             warnings.append(f"{run_id}: skipped {run.bad_lines} unreadable line(s) of metrics.jsonl")
+        if run.config_problem:
+            warnings.append(
+                f"{run_id}: {run.config_problem}; its settings are taken from summary.json (norm, placement, "
+                "depth, warmup_steps, seed) and it is grouped by those alone"
+            )
+        holes = missing_steps(run.rows)
+        if holes:
+            warnings.append(f"{run_id}: {rows_missing_text(holes)}")
         record: dict[str, Any] = {"run": run_id}
         for key in SUMMARY_FIELDS:
             record[key] = summary.get(key)
@@ -276,6 +286,7 @@ def load_runs(
             config_keys.setdefault(key, None)
             record[key] = value
         record["path"] = str(run.path)
+        record["rows_missing"] = sum(b - a + 1 for a, b in holes)
         records.append(record)
         for row in run.rows:
             row["run"] = run_id

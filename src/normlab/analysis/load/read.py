@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,20 +78,47 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def read_config(run_dir: Path) -> tuple[dict[str, Any], set[str]]:
-    """The run's flattened, resolved config and the set of its keys that are interpolations (`${...}`).
+# `${name:...}`: a resolver call (oc.env, now, hydra, ...), as opposed to `${a.b}`, a reference to a key
+RESOLVER_CALL = re.compile(r"\$\{\s*[\w.\-]+\s*:")
 
-    Group choices from `.hydra/hydra.yaml` (`model: small`) are added as keys named after the group for
-    groups whose config has no `name` field, so `model=tiny` vs `model=small` reads as one key.
+
+def _resolver_calls_as_written(tree: Any) -> Any:
+    """Every string that calls a resolver, escaped so that OmegaConf keeps it as written: reading a run
+    directory never runs a resolver (a received run's `${oc.env:WANDB_API_KEY}` stays that text)."""
+    if isinstance(tree, dict):
+        return {k: _resolver_calls_as_written(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_resolver_calls_as_written(v) for v in tree]
+    if isinstance(tree, str) and RESOLVER_CALL.search(tree):
+        return tree.replace("\\${", "${").replace("${", "\\${")
+    return tree
+
+
+def read_config(run_dir: Path) -> tuple[dict[str, Any], set[str], str | None]:
+    """The run's flattened config, the set of its keys that are interpolations (`${...}`), and why the config
+    could not be read (None when it could).
+
+    References to other keys (`${model.d_model}`) are followed; resolver calls (`${oc.env:...}`, `${now:...}`)
+    are never run: they are shown as written. Group choices from `.hydra/hydra.yaml` (`model: small`) are
+    added as keys named after the group for groups whose config has no `name` field, so `model=tiny` vs
+    `model=small` reads as one key.
     """
     path = run_dir / CONFIG_FILE
     if not path.is_file():
-        return {}, set()
-    node = OmegaConf.load(path)
-    raw = flatten(OmegaConf.to_container(node, resolve=False))
+        return {}, set(), None
     try:
-        resolved = flatten(OmegaConf.to_container(node, resolve=True))
-    except Exception:  # an unregistered resolver (e.g. hydra's ${now:}): keep the raw values
+        tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        if not isinstance(tree, dict):
+            raise ValueError("not a mapping of settings")
+    except Exception as exc:  # a damaged or hand-edited file: the run is read without its config
+        first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        return {}, set(), f"{CONFIG_FILE} cannot be read ({first})"
+    raw = flatten(tree)
+    try:
+        resolved = flatten(
+            OmegaConf.to_container(OmegaConf.create(_resolver_calls_as_written(tree)), resolve=True)
+        )
+    except Exception:  # a reference to a key that is not there: keep the raw values
         resolved = dict(raw)
     interpolated = {k for k, v in raw.items() if isinstance(v, str) and "${" in v}
     hydra_path = run_dir / HYDRA_FILE
@@ -105,7 +133,21 @@ def read_config(run_dir: Path) -> tuple[dict[str, Any], set[str]]:
                 continue
             if f"{group}.name" not in resolved:
                 resolved[group] = choice
-    return resolved, interpolated
+    return resolved, interpolated, None
+
+
+def rows_missing_text(holes: list[tuple[int, int]]) -> str:
+    """[(70, 159)] → "metrics.jsonl has no rows for steps 70–159 (90 steps)"."""
+    parts = [f"{a}–{b}" if b > a else str(a) for a, b in holes]
+    n = sum(b - a + 1 for a, b in holes)
+    return f"metrics.jsonl has no rows for steps {', '.join(parts)} ({n} step{'s' if n != 1 else ''})"
+
+
+def missing_steps(rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """Runs of steps without a training row between a run's first and last (a hole in metrics.jsonl), as
+    (first, last) pairs."""
+    steps = sorted({int(r[names.STEP]) for r in rows if names.LOSS in r})
+    return [(a + 1, b - 1) for a, b in zip(steps, steps[1:], strict=False) if b > a + 1]
 
 
 def _is_derived(key: str, interpolated: set[str]) -> bool:
@@ -121,10 +163,11 @@ class _Run:
     summary: dict[str, Any]
     rows: list[dict[str, Any]]
     bad_lines: int
+    config_problem: str | None = None
 
 
 def load_one(path: Path) -> _Run:
-    config, interpolated = read_config(path)
+    config, interpolated, problem = read_config(path)
     derived = {k for k in config if _is_derived(k, interpolated)}
     summary: dict[str, Any] = {}
     spath = path / SUMMARY_FILE
@@ -137,7 +180,7 @@ def load_one(path: Path) -> _Run:
         if ckey not in config and summary.get(skey) is not None:
             config[ckey] = summary[skey]
     rows, bad = read_metrics(path / METRICS_FILE)
-    return _Run(path, config, derived, summary, rows, bad)
+    return _Run(path, config, derived, summary, rows, bad, problem)
 
 
 def summary_from_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
