@@ -112,3 +112,48 @@ def test_baseline_of_a_real_cache(tmp_path):
     assert value == pytest.approx(expected, rel=1e-9)
     # frequencies beat uniform guessing over the vocabulary on real text, and a cross-entropy is positive
     assert 0 < value < math.log(vocab)
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (lambda r: r.update(baseline_unigram_loss=100.0), "checksum does not match"),  # a hand edit
+        (
+            lambda r: r.update(
+                baseline_unigram_loss=100.0,
+                record_sha256=unigram.record_digest({**r, "baseline_unigram_loss": 100.0}),
+            ),
+            "not a cross-entropy",
+        ),
+        (
+            lambda r: r.update(train_tokens=3, record_sha256=unigram.record_digest({**r, "train_tokens": 3})),
+            "other token counts",
+        ),
+    ],
+)
+def test_a_damaged_stored_baseline_is_computed_again(tmp_path, caplog, damage, said):
+    """unigram.json decides every run's `learned`: a record that is not whole is never used."""
+    (tmp_path / "meta.json").write_text('{"built_at": "one"}')
+    corpus = FakeCorpus(np.array([0, 0, 1, 2]), np.array([0, 1, 3]), 4, tmp_path)
+    value = baseline_unigram_loss(corpus)
+    path = tmp_path / "unigram.json"
+    record = json.loads(path.read_text())
+    damage(record)
+    path.write_text(json.dumps(record))
+    with caplog.at_level("WARNING"):
+        assert baseline_unigram_loss(corpus) == pytest.approx(value)
+    assert said in caplog.text and "computing it again" in caplog.text
+    assert json.loads(path.read_text())["baseline_unigram_loss"] == pytest.approx(value)  # stored whole again
+
+
+def test_a_record_written_before_checksums_is_computed_again_quietly(tmp_path, caplog):
+    (tmp_path / "meta.json").write_text('{"built_at": "one"}')
+    corpus = FakeCorpus(np.array([0, 0, 1, 2]), np.array([0, 1, 3]), 4, tmp_path)
+    value = baseline_unigram_loss(corpus)
+    path = tmp_path / "unigram.json"
+    record = json.loads(path.read_text())
+    del record["record_sha256"]
+    path.write_text(json.dumps({**record, "baseline_unigram_loss": 100.0}))
+    with caplog.at_level("WARNING"):
+        assert baseline_unigram_loss(corpus) == pytest.approx(value)
+    assert "damaged" not in caplog.text and "record_sha256" in json.loads(path.read_text())

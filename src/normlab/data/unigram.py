@@ -16,7 +16,10 @@ could teach it, whatever its loss curve looks like (`learned` in summary.json, s
 
 The value depends only on the token files, so it is computed once per token cache (two `bincount`s,
 about a tenth of a second for the embedded corpus) and stored beside the tokens in `unigram.json`,
-keyed by a hash of the entry's `meta.json`: a rebuilt entry gets a new value.
+keyed by a hash of the entry's `meta.json`: a rebuilt entry gets a new value. Every run's `learned` rests
+on it, so a stored value is used only when it is whole: its record's own SHA-256 matches, it was computed
+from this many tokens and this vocabulary, and it lies where a cross-entropy with add-one smoothing can,
+in [0, ln(N + V)]. Anything else — a damaged file, a hand edit — is said once and computed again.
 """
 
 from __future__ import annotations
@@ -85,19 +88,53 @@ def _write_atomic(path: Path, record: dict[str, Any]) -> None:
         raise
 
 
+def record_digest(record: dict[str, Any]) -> str:
+    """The SHA-256 of a unigram.json record's fields (its own `record_sha256` left out), canonical JSON."""
+    fields = {k: v for k, v in record.items() if k != "record_sha256"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def stored_problem(record: Any, corpus: Any, digest: str | None) -> str | None:
+    """Why a unigram.json record cannot be used for `corpus`, or None when it can; "" when it belongs to
+    another build of the entry (a rebuilt cache: expected, nothing to say)."""
+    if not isinstance(record, dict):
+        return "it is not a record"
+    if digest is None or record.get("meta_sha256") != digest or record.get("smoothing") != SMOOTHING:
+        return ""
+    if "record_sha256" not in record:  # written before records carried a checksum: computed again, quietly
+        return ""
+    if record.get("record_sha256") != record_digest(record):
+        return "its checksum does not match its contents"
+    n, v = len(corpus.train), int(corpus.vocab_size)
+    if (record.get("train_tokens"), record.get("val_tokens"), record.get("vocab_size")) != (
+        n,
+        len(corpus.val),
+        v,
+    ):
+        return "it was computed from other token counts or another vocabulary"
+    value = record.get("baseline_unigram_loss")
+    if not isinstance(value, int | float) or not 0.0 <= float(value) <= np.log(n + v):
+        return f"its value {value!r} is not a cross-entropy of this corpus (0 to ln(N + V) = {np.log(n + v):.3f})"
+    return None
+
+
 def baseline_unigram_loss(corpus: Any) -> float:
     """The unigram baseline of a `TokenCorpus`, from `unigram.json` in its cache entry or computed now.
 
     Computing it is deterministic, so parallel jobs that race to write the file write the same value
-    (each write is atomic). A read-only cache still gets the value, just not stored.
+    (each write is atomic). A read-only cache still gets the value, just not stored. A stored record that
+    is not whole (`stored_problem`) is reported and computed again.
     """
     entry = Path(corpus.cache_dir)
     path = entry / FILE
     digest = _meta_digest(entry)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+    with contextlib.suppress(OSError, ValueError):
         record = json.loads(path.read_text())
-        if digest is not None and record["meta_sha256"] == digest and record["smoothing"] == SMOOTHING:
+        problem = stored_problem(record, corpus, digest)
+        if problem is None:
             return float(record["baseline_unigram_loss"])
+        if problem:
+            log.warning("the unigram baseline in %s is damaged (%s); computing it again", path, problem)
     value = unigram_cross_entropy(corpus.train, corpus.val, corpus.vocab_size)
     record = {
         "baseline_unigram_loss": value,
@@ -107,6 +144,7 @@ def baseline_unigram_loss(corpus: Any) -> float:
         "val_tokens": len(corpus.val),
         "meta_sha256": digest,
     }
+    record["record_sha256"] = record_digest(record)
     if digest is not None:
         try:
             _write_atomic(path, record)
