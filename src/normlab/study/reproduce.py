@@ -13,22 +13,30 @@ Layout of OUT (default outputs/reproduce/<date>_<time>):
     REPORT.md, NAME_*.png the report (or in --report-dir)
 
 The report covers every finding whose sweep is in OUT, in the order of the findings list.
+
+Running it again into the same OUT continues what is there: each preset's sweep is run with
+train.resume=auto, so finished jobs are kept (skipped), interrupted ones resumed and the rest started —
+never deleted. A sweep made with other overrides (`--override`) is refused rather than mixed with new
+runs. Ctrl-C (or SIGTERM) goes to the running sweep once, which saves its jobs; the script then says so in
+one line with the command that continues, and exits 128 + the signal's number.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
 import shlex
-import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from normlab.study.findings import CORE, FINDINGS, Finding
@@ -119,24 +127,84 @@ def save_timings(out: Path, timings: dict[str, Any]) -> None:
     (out / TIMINGS_FILE).write_text(json.dumps(timings, indent=2) + "\n")
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopped(Exception):
+    """A signal stopped a preset's sweep (which saved its running jobs): nothing further is started."""
+
+    def __init__(self, signum: int, finding: str) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.finding = signum, finding
+
+
+class Forward:
+    """Passes each stop signal this process gets on to the running sweep, once: the sweep runs in a session
+    of its own, so a Ctrl-C in the terminal reaches it only through here (as a sweep passes it to its jobs)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.process: subprocess.Popen | None = None
+
+    def handle(self, signum: int, frame: FrameType | None = None) -> None:
+        first = self.signum is None
+        self.signum = self.signum or signum
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signum)
+        if first:
+            name = signal.Signals(signum).name
+            print(
+                f"{name} received: the running sweep saves its jobs and stops; no further finding starts",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[Forward]:
+        previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+        for s in STOP_SIGNALS:
+            signal.signal(s, self.handle)
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+STARTED = "started"  # timings.json: the command each finding's sweep was started with, before it ends
+
+
+def held_by_other_settings(sweep: Path, made_with: str | None, command: str) -> str | None:
+    """Why the sweep already in OUT cannot be continued by `command`: it was made with other settings."""
+    if made_with is None or not sweep.exists() or made_with == command:
+        return None
+    return (
+        f"{sweep} holds this finding's sweep made with other settings ({made_with}); continue it with those "
+        "(the same --override options), or choose another --out — nothing there is deleted."
+    )
+
+
 def run_preset(
     finding: Finding,
     out: Path,
     overrides: Sequence[str],
     python: str = sys.executable,
     perturbed: bool = False,
+    forward: Forward | None = None,
 ) -> dict[str, Any]:
     """Run one preset's sweep (and its extra measurements), or with `perturbed` the same under the
-    finding's perturbation; return its timing record."""
+    finding's perturbation; return its timing record. A sweep already in OUT is continued (train.resume=auto:
+    finished jobs kept, the others resumed or started), never deleted. Raises Stopped when a signal stopped
+    it (the sweep saved its running jobs)."""
     sweeps = out / "sweeps"
     sweep = sweeps / finding.name
     if perturbed:
         sweep = perturbed_dir(sweep)
         overrides = [*overrides, *finding.perturbation.overrides]
-    if sweep.exists():  # our own output from an earlier call: start the finding afresh
-        shutil.rmtree(sweep)
     sweeps.mkdir(parents=True, exist_ok=True)
     log_path = sweeps / f"{sweep.name}.log"
+    continuing = sweep.exists()
     cmd = [  # `python -m normlab` is train.py, also where no checkout is around
         python,
         "-m",
@@ -145,13 +213,30 @@ def run_preset(
         f"+experiment={finding.preset}",
         f"hydra.sweep.dir={sweep.resolve()}",
         *overrides,
+        "train.resume=auto",  # what is there already is kept: finished jobs skipped, the others resumed
     ]
     shown = shlex.join(["python", "train.py", *cmd[3:]])
-    print(f"  $ {shown}\n    (log: {log_path})", flush=True)
+    print(
+        f"  $ {shown}\n    (log: {log_path}{', continuing the sweep there' if continuing else ''})",
+        flush=True,
+    )
     started = dt.datetime.now().astimezone()
     t0 = time.perf_counter()
-    with log_path.open("w") as log:
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    forward = forward or Forward()
+    with log_path.open("a" if continuing else "w") as log:
+        # a session of its own: signals reach the sweep once, through `forward`
+        forward.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while True:
+                try:
+                    rc = forward.process.wait()
+                    break
+                except KeyboardInterrupt:  # a handler other than ours: pass it on and keep waiting
+                    forward.handle(signal.SIGINT)
+        finally:
+            forward.process = None
+    if forward.signum is not None:
+        raise Stopped(forward.signum, finding.name)
     rc = 0 if rc == EXIT_INCOMPLETE and only_invalid_skipped(sweep) else rc
     sweep_s = time.perf_counter() - t0
     record: dict[str, Any] = {
@@ -239,23 +324,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = dt.datetime.now().astimezone()
     t0 = time.perf_counter()
     failed = []
+    # the command that continues: this one, into this OUT (a default OUT is named by the time it started)
+    resume = shlex.join(
+        ["python", "scripts/reproduce.py", *(argv if argv is not None else sys.argv[1:])]
+        + ([] if args.out else ["--out", str(out)])
+    )
     print(f"Reproducing {len(names)} finding(s) into {out}")
-    for i, name in enumerate(names, 1):
-        finding = FINDINGS[name]
-        print(f"[{i}/{len(names)}] {finding.number}. {finding.title} ({name})", flush=True)
-        record = run_preset(finding, out, args.override)
-        if finding.perturbation is not None and not args.no_perturb:
-            print(f"    perturbed: {finding.perturbation.label}", flush=True)
-            second = run_preset(finding, out, args.override, perturbed=True)
-            record["perturbed"] = {k: second[k] for k in ("command", "rc", "wall_s")}
-            record["wall_s"] = round(record["wall_s"] + second["wall_s"], 1)
-            record["rc"] = record["rc"] or second["rc"]
-        record["session"] = started.isoformat(timespec="seconds")
-        timings["findings"][name] = record
-        save_timings(out, timings)
-        print(f"    done in {fmt_duration(record['wall_s'])}", flush=True)
-        if record["rc"] != 0:
-            failed.append(name)
+    forward = Forward()
+    try:
+        with forward.installed():
+            for i, name in enumerate(names, 1):
+                finding = FINDINGS[name]
+                if forward.signum is not None:  # came between two sweeps: the next one does not start
+                    raise Stopped(forward.signum, name)
+                print(f"[{i}/{len(names)}] {finding.number}. {finding.title} ({name})", flush=True)
+                record = run_finding(finding, out, args, timings, started, forward)
+                print(f"    done in {fmt_duration(record['wall_s'])}", flush=True)
+                if record["rc"] != 0:
+                    failed.append(name)
+    except Stopped as stop:
+        print(
+            f"interrupted: stopped by {signal.Signals(stop.signum).name} at finding {FINDINGS[stop.finding].number} "
+            f"({stop.finding}); the running sweep saved its jobs and every finished run is kept in {out}; "
+            f"continue with: {resume}",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
     timings["sessions"].append(
         {
             "command": command,
@@ -265,10 +359,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     )
     save_timings(out, timings)
-    path, verdicts = build_report(out, args.report_dir or out, None, command)
+    try:
+        path, verdicts = build_report(out, args.report_dir or out, None, command)
+    except KeyboardInterrupt:
+        print(
+            "interrupted while writing the report; every sweep is complete: write it with python "
+            f"scripts/reproduce.py --from-existing --out {out}",
+            file=sys.stderr,
+        )
+        return 130
     print(f"Total wall time: {fmt_duration(time.perf_counter() - t0)}")
     _print_verdicts(verdicts, path)
     return 1 if failed else 0
+
+
+def run_finding(
+    finding: Finding,
+    out: Path,
+    args: argparse.Namespace,
+    timings: dict[str, Any],
+    started: dt.datetime,
+    forward: Forward,
+) -> dict[str, Any]:
+    """A finding's preset sweep, then its perturbed sweep; its record saved in timings.json."""
+    name = finding.name
+    command = shlex.join(["python", "train.py", "-m", f"+experiment={finding.preset}", *args.override])
+    made_with = timings["findings"].get(name, {}).get("command") or timings.get(STARTED, {}).get(name)
+    problem = held_by_other_settings(out / "sweeps" / name, made_with, command)
+    if problem is not None:
+        print(f"    error: {problem}", file=sys.stderr)
+        return {"rc": 2, "wall_s": 0.0}
+    # recorded before the sweep starts, so that one stopped half-way is continued with the same settings
+    timings.setdefault(STARTED, {})[name] = command
+    save_timings(out, timings)
+    record = run_preset(finding, out, args.override, forward=forward)
+    if finding.perturbation is not None and not args.no_perturb:
+        print(f"    perturbed: {finding.perturbation.label}", flush=True)
+        second = run_preset(finding, out, args.override, perturbed=True, forward=forward)
+        record["perturbed"] = {k: second[k] for k in ("command", "rc", "wall_s")}
+        record["wall_s"] = round(record["wall_s"] + second["wall_s"], 1)
+        record["rc"] = record["rc"] or second["rc"]
+    record["session"] = started.isoformat(timespec="seconds")
+    timings["findings"][name] = record
+    save_timings(out, timings)
+    return record
 
 
 def _latest_out() -> Path | None:

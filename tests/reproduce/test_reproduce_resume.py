@@ -1,0 +1,140 @@
+"""scripts/reproduce.py keeps what it ran (issue 29, finding 9): Ctrl-C stops it in one line with the command
+that continues, and running it again continues a finding's sweep instead of deleting it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from normlab.study.findings import FINDINGS
+from normlab.study.reproduce import main, run_preset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stub_python(tmp_path: Path) -> Path:
+    """A stand-in for `python -m normlab -m …` that records its arguments and exits 0."""
+    stub = tmp_path / "python"
+    stub.write_text(
+        f"#!{sys.executable}\nimport json, sys\nopen({str(tmp_path / 'argv.json')!r}, 'w').write(json.dumps(sys.argv))\n"
+    )
+    stub.chmod(0o755)
+    return stub
+
+
+def test_running_a_finding_again_continues_its_sweep_and_deletes_nothing(tmp_path):
+    out = tmp_path / "out"
+    earlier = out / "sweeps" / "xiong_warmup" / "0_ln-post-L6-w0-s0"
+    earlier.mkdir(parents=True)
+    (earlier / "summary.json").write_text(json.dumps({"status": "completed", "steps": 300}))
+    (earlier / "metrics.jsonl").write_text('{"step": 0, "loss": 5.0}\n')
+    record = run_preset(FINDINGS["xiong_warmup"], out, ["seed=0"], python=str(stub_python(tmp_path)))
+    assert record["rc"] == 0
+    assert (earlier / "summary.json").is_file() and (earlier / "metrics.jsonl").is_file()  # kept
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    assert (
+        "train.resume=auto" in argv
+        and f"hydra.sweep.dir={(out / 'sweeps' / 'xiong_warmup').resolve()}" in argv
+    )
+    assert "train.resume" not in record["command"]  # the reproduction command shown in REPORT.md
+
+
+def test_a_sweep_made_with_other_settings_is_refused_not_mixed(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    (out / "sweeps" / "xiong_warmup" / "0_a").mkdir(parents=True)
+    timings = {
+        "findings": {
+            "xiong_warmup": {"command": "python train.py -m +experiment=findings/xiong_warmup seed=5"}
+        }
+    }
+    (out / "timings.json").write_text(json.dumps({**timings, "sessions": []}))
+    import normlab.study.reproduce as reproduce
+
+    monkeypatch.setattr(reproduce, "build_report", lambda *a: (out / "REPORT.md", {}))
+    rc = main(["xiong_warmup", "--no-perturb", "--out", str(out), "--override", "seed=0"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "holds this finding's sweep made with other settings" in err and "seed=5" in err
+    assert (out / "sweeps" / "xiong_warmup" / "0_a").is_dir()
+
+
+def test_ctrl_c_stops_in_one_line_and_the_printed_command_continues(tmp_path, tiny):
+    """A real run of scripts/reproduce.py: SIGINT while its sweep's jobs train (the terminal's Ctrl-C reaches
+    the script, which passes it to the sweep once), then the printed command, which finishes the finding
+    with the interrupted jobs resumed and nothing trained before lost."""
+    out = tmp_path / "out"
+    keep = [o for o in tiny if not o.startswith(("warmup_steps", "train.max_steps", "train.eval_every"))]
+    overrides = [
+        a
+        for o in [*keep, "seed=0", "train.max_steps=300", "hydra.launcher.n_jobs=2"]
+        for a in ("--override", o)
+    ]
+    cmd = [
+        sys.executable,
+        "scripts/reproduce.py",
+        "xiong_warmup",
+        "--no-perturb",
+        "--out",
+        str(out),
+        *overrides,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = out / "sweeps" / "xiong_warmup"
+    deadline = time.monotonic() + 240
+    while not any(p.stat().st_size > 0 for p in sweep.glob("*/metrics.jsonl")):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted: stopped by SIGINT at finding 2 (xiong_warmup)"), last
+    continue_command = last.split("continue with: ", 1)[1]
+    statuses = {p.parent.name: json.loads(p.read_text())["status"] for p in sweep.glob("*/summary.json")}
+    assert "interrupted" in statuses.values() and "running" not in statuses.values(), statuses
+    assert continue_command.startswith("python scripts/reproduce.py xiong_warmup")
+    again = subprocess.run(
+        [sys.executable, *continue_command.split()[1:]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    finished = {p.parent.name: json.loads(p.read_text()) for p in sweep.glob("*/summary.json")}
+    assert len(finished) == 4 and all(
+        s["status"] == "completed" and s["steps"] == 300 for s in finished.values()
+    )
+    for name, status in statuses.items():  # the interrupted jobs resumed, not started afresh
+        if status == "interrupted":
+            assert finished[name]["resumed_from"], name
+    log = (out / "sweeps" / "xiong_warmup.log").read_text()
+    assert "[sweep] continuing" in log
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM])
+def test_a_signal_between_findings_starts_nothing_more(tmp_path, signum, monkeypatch, capsys):
+    """A signal that comes while no sweep runs (between two findings) stops before the next one starts."""
+    import normlab.study.reproduce as reproduce
+
+    started = []
+
+    def fake_run_finding(finding, out, args, timings, when, forward):
+        started.append(finding.name)
+        forward.handle(signum)  # as if it came just as this finding's sweep ended
+        return {"rc": 0, "wall_s": 0.0}
+
+    monkeypatch.setattr(reproduce, "run_finding", fake_run_finding)
+    rc = main(["xiong_warmup", "rmsnorm_speed", "--no-perturb", "--out", str(tmp_path / "out")])
+    assert rc == 128 + signum and started == ["xiong_warmup"]
+    assert "continue with: python scripts/reproduce.py xiong_warmup rmsnorm_speed" in capsys.readouterr().err
