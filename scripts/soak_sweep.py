@@ -6,8 +6,13 @@ against an uninterrupted sweep (normlab.sweeps.soak has the details).
     python scripts/soak_sweep.py --jobs 3 --faults 3 --steps 600  # a small one
     python scripts/soak_sweep.py --workdir /tmp/soak --json soak.json
 
-Prints one line per fault and the result line, e.g. `faults survived: 16 of 16, steps lost: 0 (…)`; exits
-1 if any fault was not survived, a job did not complete or differs from the uninterrupted sweep.
+Besides signals, about a third of the M faults are file faults between invocations (a metrics.jsonl cut
+mid-row, a newest checkpoint cut short, the continue command started twice at once); then pairs of single
+runs started together into one directory and, as root (a tmpfs is mounted), a full disk.
+
+Prints one line per fault and the result line, e.g. `faults survived: 19 of 19 (signal 10/10, …), steps
+lost: 0, mislabelled configs: 0 (…)`; exits 1 if any fault was not survived, a job did not complete or
+differs from the uninterrupted sweep, or a config was mislabelled.
 """
 
 from __future__ import annotations
@@ -38,6 +43,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
     p.add_argument(
+        "--file-share",
+        type=float,
+        default=0.35,
+        help="share of the M faults that are file faults (0 = signals only)",
+    )
+    p.add_argument(
+        "--concurrent-runs",
+        type=int,
+        default=2,
+        help="pairs of single runs started together into one directory",
+    )
+    p.add_argument(
+        "--no-disk-full", action="store_true", help="leave out the full-disk fault (it needs root)"
+    )
+    p.add_argument(
         "--workdir", type=Path, default=None, help="where the two sweeps go (default: a temporary folder)"
     )
     p.add_argument("--json", type=Path, default=None, help="also write the full result as JSON here")
@@ -56,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         ckpt_every=args.ckpt_every,
         delay_s=(0.5, args.max_delay),
         seed=args.seed,
+        file_share=args.file_share,
+        concurrent_runs=args.concurrent_runs,
+        disk_full=not args.no_disk_full,
     )
     print(f"soak in {workdir} (sweep output: {workdir / 'soak.log'})", flush=True)
     result = soak(spec)
@@ -70,9 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                 + [f"started after the signal: {f.started_after}"] * bool(f.started_after)
             )
         )
-        print(
-            f"fault {f.n:2d}: {f.signal:7s} to the {f.target:6s} {f.after_s:5.1f} s in, sweep exit {f.parent_exit}: {state}"
+        where = (
+            f"{f.signal:7s} to the {f.target:6s} {f.after_s:5.1f} s in, sweep exit {f.parent_exit}"
+            if f.kind == "signal"
+            else f"{f.signal} ({f.target})"
         )
+        print(f"fault {f.n:2d}: {where}: {state}")
     for problem in result.problems:
         print(f"problem: {problem}")
     print(result.line())

@@ -80,7 +80,9 @@ def _start(tmp_path: Path, run: Path, lr: str, cache: Path) -> subprocess.Popen:
     )
 
 
-@pytest.mark.parametrize("trial", range(2))
+@pytest.mark.parametrize(
+    "trial", [*range(2), *(pytest.param(t, marks=pytest.mark.slow) for t in range(2, 10))]
+)
 def test_two_runs_started_together_into_one_directory(tmp_path, cache_dir, trial):
     """Two `python train.py … &` at the same second into one directory (finding 1): one trains, the other
     is refused in one sentence, and the survivor's .hydra/ and summary.json carry the survivor's own lr."""

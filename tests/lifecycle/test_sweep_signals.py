@@ -25,9 +25,12 @@ from normlab.sweeps.soak import (
     SoakSpec,
     SweepProcess,
     comparable,
+    damage_a_file,
     env,
     fault_delays,
+    fault_plan,
     job_dirs,
+    mislabeled,
     now_ticks,
     soak,
     step_problems,
@@ -195,9 +198,62 @@ def test_fault_delays_shrink_to_the_reference_sweep():
 
 @pytest.mark.slow
 def test_soak_small(tmp_path, cache_dir):
-    """The soak of scripts/soak_sweep.py at a small size: 3 jobs, 4 random faults."""
+    """The soak of scripts/soak_sweep.py at a small size: 3 jobs, 6 random faults (2 of them file faults),
+    one pair of concurrent single runs and, as root, a full disk."""
     result = soak(
-        spec(tmp_path, cache_dir, jobs=3, steps=600, faults=4, delay_s=(0.5, 8.0), seed=os.getpid())
+        spec(
+            tmp_path,
+            cache_dir,
+            jobs=3,
+            steps=600,
+            faults=6,
+            delay_s=(0.5, 8.0),
+            seed=os.getpid(),
+            concurrent_runs=1,
+        )
     )
     assert result.ok, result.to_json()
-    assert result.survived == 4 and result.steps_lost == 0 and result.equal == 3
+    assert result.survived == len(result.faults) >= 7 and result.steps_lost == 0 and result.equal == 3
+    assert result.mislabeled == 0
+    kinds = [f.kind for f in result.faults]
+    assert kinds.count("signal") == 4 and "concurrent start" in kinds
+
+
+def test_the_fault_plan_mixes_file_faults_in_after_a_signal():
+    import random
+
+    for seed in range(20):
+        plan = fault_plan(SoakSpec(workdir=Path("x"), faults=16, file_share=0.35), random.Random(seed))
+        assert plan[0] == "signal" and plan.count("file") == 6 and len(plan) == 16
+    assert fault_plan(SoakSpec(workdir=Path("x"), faults=1, file_share=1.0), random.Random(0)) == ["signal"]
+
+
+def test_file_faults_damage_an_unfinished_jobs_files(tmp_path):
+    """What the soak does to a stopped sweep: a metrics.jsonl cut mid-row, a newest checkpoint cut short —
+    the unfinished job's, not the finished one's."""
+    import random
+
+    import yaml
+
+    for name, status, seed in (("0_a", "completed", 0), ("1_b", "interrupted", 1)):
+        run = tmp_path / name
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seed={seed}"]))
+        (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": seed}))
+        (run / "summary.json").write_text(json.dumps({"status": status, "seed": seed}))
+        (run / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": i, "loss": 1.0}) + "\n" for i in range(40))
+        )
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints" / "step_000010.pt").write_bytes(b"x" * 300)
+    before = (tmp_path / "1_b" / "metrics.jsonl").read_bytes()
+    assert damage_a_file(tmp_path, "truncated-metrics", random.Random(0)) == "seed=1"
+    after = (tmp_path / "1_b" / "metrics.jsonl").read_bytes()
+    assert before.startswith(after) and 0.3 * len(before) <= len(after) < len(before)
+    assert damage_a_file(tmp_path, "damaged-checkpoint", random.Random(0)) == "seed=1"
+    assert (tmp_path / "1_b" / "checkpoints" / "step_000010.pt").stat().st_size == 100
+    assert mislabeled(job_dirs(tmp_path)) == []
+    (tmp_path / "1_b" / ".hydra" / "config.yaml").write_text(
+        yaml.safe_dump({"seed": 0})
+    )  # another run's config
+    assert mislabeled(job_dirs(tmp_path)) == ["seed=1: seed=1 trained it, but {'config.yaml': 0}"]
