@@ -286,3 +286,20 @@ def test_copying_a_run_keeps_it_resumable(train_cli, run8, tmp_path):
     result = train_cli(*STEPS[:1], "train.max_steps=9", "train.resume=auto", run_dir=copy)
     assert result.code == 0, result.output[-2000:]
     assert training_steps(copy) == list(range(9))
+
+
+def test_a_refused_resume_in_a_sweep_job_leaves_the_run_as_it_was(runs, run8, cache_dir):
+    """Where no command line checked it first (a sweep's job, a Run started from code): the refusal still
+    leaves the run's summary.json as it was, and says its sentence as the run's error."""
+    from cli_run import base_overrides
+
+    from normlab.config.compose import compose_config
+    from normlab.train.resume import LeftAsItWas
+    from normlab.train.run import Run
+
+    as_interrupted(run8)
+    before = json.loads((run8 / "summary.json").read_text())
+    cfg = compose_config([*base_overrides([], cache_dir), *STEPS, "seed=7", "train.resume=auto"])
+    with pytest.raises(LeftAsItWas, match="seed=0 there, 7 here"):
+        Run(cfg, run8).execute()
+    assert json.loads((run8 / "summary.json").read_text()) == before

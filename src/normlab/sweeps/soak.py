@@ -232,7 +232,11 @@ def consistency_problems(sweep_dir: Path, pending: frozenset[str] = frozenset())
         if name in pending:
             continue
         if summary.get("status") == "interrupted" and (run_dir / "checkpoints" / "last.pt").exists():
-            state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True, mmap=True)
+            try:
+                state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True, mmap=True)
+            except Exception as exc:  # damaged: by a file fault, until the next resume writes it again
+                problems.append(f"{name}: its last.pt cannot be read ({type(exc).__name__})")
+                continue
             train_steps = [r["step"] for r in training_rows(run_dir) if "loss" in r]
             if not (state["step"] == summary["steps"] == len(train_steps)):
                 problems.append(
@@ -686,6 +690,7 @@ def soak(spec: SoakSpec) -> SoakResult:
     sweep: SweepProcess | None = None
     waiting: list[FaultRecord] = []  # faults sent to this invocation, checked once it has ended
     pending: dict[str, FaultRecord] = {}  # file faults by job, until an invocation has dealt with them
+    damaged: dict[int, str] = {}  # the job (its overrides) of each file fault, by the fault's number
     wrong_labels: set[str] = set()
     while len(faults) < spec.faults:
         if sweep is None:
@@ -708,11 +713,12 @@ def soak(spec: SoakSpec) -> SoakResult:
                     else:
                         plan[len(faults)] = SIGNAL
                     break
-                record.target = job
+                record.target = job_dirs(faulted)[job].name
                 faults.append(record)
                 waiting.append(record)
                 pending[job] = record
-                _note(log, f"fault {record.n}: {kind} in {job}")
+                damaged[record.n] = job
+                _note(log, f"fault {record.n}: {kind} in {record.target}")
             if sweep is None:
                 sweep = SweepProcess(spec.argv(faulted, resume=True), log, env())
                 invocations += 1
@@ -775,8 +781,8 @@ def soak(spec: SoakSpec) -> SoakResult:
     completed, equal, lost, final_problems = final_check(spec, reference, faulted)
     wrong_labels.update(mislabeled(job_dirs(faulted)))
     for record in faults:  # a file fault whose job did not end whole, bit for bit
-        if record.signal in (TRUNCATED_METRICS, DAMAGED_CHECKPOINT):
-            record.problems += [p for p in final_problems if p.startswith(f"{record.target}:")]
+        if record.n in damaged:
+            record.problems += [p for p in final_problems if p.startswith(f"{damaged[record.n]}:")]
     for pair in range(spec.concurrent_runs):
         record, labels = concurrent_runs(spec, spec.workdir, pair)
         record.n = len(faults) + 1

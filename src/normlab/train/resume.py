@@ -88,6 +88,25 @@ class RowsMissing(UserError):
     """metrics.jsonl lacks rows the checkpoint has trained (status failed): the steps, and how to go on."""
 
 
+class LeftAsItWas(UserError):
+    """A resume of the run in its own directory, refused (any of the errors above, or a missing checkpoint):
+    the directory is left as it was — its summary.json put back — and the sentence is the refusal's."""
+
+    def __init__(self, refusal: UserError) -> None:
+        super().__init__(str(refusal))
+        self.status = refusal.status
+
+
+def previous_summary(run_dir: Path, resume: str | None) -> dict[str, Any] | None:
+    """summary.json of the run that train.resume continues in `run_dir` (auto, or a path inside it), as it
+    is before this run writes anything; None for a fresh run or a run continued from elsewhere."""
+    from normlab.train.run_dir import continues, holds_results
+
+    if not resume or not continues(run_dir, resume) or not holds_results(run_dir):
+        return None
+    return _summary(run_dir) or {}
+
+
 def _covers(prefix: str, key: str) -> bool:
     return key == prefix or key.startswith(prefix + ".")
 
@@ -254,7 +273,7 @@ class Decision:
     in_place: bool = False
     changes: list[Change] = field(default_factory=list)
     missing: list[tuple[int, int]] = field(default_factory=list)
-    previous: dict[str, Any] | None = None  # the directory's summary.json before this run, when continuing it
+    previous: dict[str, Any] | None = None  # the run's summary.json before this resume, when continuing it
 
 
 def _summary(run_dir: Path) -> dict[str, Any] | None:
@@ -281,7 +300,7 @@ def decide(
     if not resume:
         return Decision()
     target: str | None = resume
-    decision = Decision(previous=_summary(run_dir))
+    decision = Decision(previous=previous_summary(run_dir, resume))
     if resume == AUTO:
         found = plan(run_dir, train["max_steps"], check_lock=check_lock)
         say(f"train.resume=auto: {run_dir}: {found.sentence}")
@@ -303,8 +322,6 @@ def decide(
     decision.in_place = in_place(run_dir, ckpt.path)
     if decision.in_place:
         decision.missing = check_rows(run_dir, ckpt, allow)
-    else:
-        decision.previous = None
     decision.checkpoint = ckpt
     return decision
 

@@ -42,6 +42,7 @@ from normlab.config.groups import TrainConfig
 from normlab.data import TokenCorpus
 from normlab.data.unigram import baseline_unigram_loss, did_learn
 from normlab.distributed import SINGLE, Dist
+from normlab.errors import UserError
 from normlab.io import write_text_atomic
 from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
@@ -54,7 +55,7 @@ from normlab.train.callbacks import Callback, Checkpoints, LoopResult, ProgressB
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import Trainer
 from normlab.train.outcome import Ending
-from normlab.train.resume import Decision, ResumeRefused
+from normlab.train.resume import Decision, LeftAsItWas, ResumeRefused
 from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory, describe_steps
 from normlab.train.sample import generate
 from normlab.train.signals import StopRequest, exit_code
@@ -113,6 +114,7 @@ class Run:
         self.ckpt: Checkpoint | None = None
         self.restart = False  # train.resume=auto starting a run again: drop the rows there first
         self.decision = Decision()  # what train.resume made of this run (normlab.train.resume)
+        self.previous: dict[str, Any] | None = None  # summary.json of the run this one continues in place
         self.experiment: dict[str, Any] | None = None  # what its checkpoints record of the experiment
         self.directory = RunDirectory(self.run_dir, (CHECKPOINT_DIR, SPIKES_DIR))
 
@@ -149,7 +151,7 @@ class Run:
     def _ended_by(self, e: BaseException) -> bool:
         """Write the summary of the ending `e` means; False for a bug (recorded as crashed), to raise again,
         and for a resume refused in the run's own directory (its summary.json put back as it was)."""
-        if isinstance(e, ResumeRefused) and self.decision.in_place and self.decision.previous is not None:
+        if isinstance(e, LeftAsItWas):
             self.write_previous_summary()
             return False
         ending = outcome.ending_of(e, self._steps())
@@ -173,8 +175,12 @@ class Run:
 
     def write_previous_summary(self) -> None:
         """Put back the summary.json the run directory held before this (refused) resume."""
-        if self.dist.is_main and self.decision.previous is not None:
-            RunSummary.from_dict(self.decision.previous).write(self.run_dir)
+        if not self.dist.is_main or self.previous is None:
+            return
+        if self.previous:
+            RunSummary.from_dict(self.previous).write(self.run_dir)
+        else:  # it had none: not the `running` this run may have written
+            (self.run_dir / SUMMARY_FILE).unlink(missing_ok=True)
 
     # ------------------------------------------------------------------------------------------------
     # start: the config, what to resume, `running`
@@ -187,18 +193,20 @@ class Run:
         self.cfg = checked(self.cfg_node)
         self.train = TrainConfig.of(self.cfg["train"])
         self._echo_config()
-        self.decision = resumes.decide(self.cfg, self.run_dir)
+        # a resume of the run in this directory that is refused leaves it as it was
+        self.previous = resumes.previous_summary(self.run_dir, self.train.resume)
+        try:
+            self.decision = resumes.decide(self.cfg, self.run_dir)
+        except UserError as e:
+            raise LeftAsItWas(e) if self.previous is not None else e from None
         if self.decision.skip:
             self.summary = RunSummary.read(self.run_dir)
             return False
-        self.restart = (
-            self.decision.restart
-        )  # starting again drops the rows of a run that saved no checkpoint
+        # starting again drops the rows of a run that saved no checkpoint
+        self.restart = self.decision.restart
         self.ckpt = self.decision.checkpoint
         if self.ckpt is not None:
-            before = (
-                self.decision.previous or {}
-            )  # what earlier resumes of the run in this directory recorded
+            before = self.decision.previous or {}  # what earlier resumes of this run recorded
             self.summary.update(
                 resumed_from=f"{self.ckpt.path} (step {self.ckpt.step})",
                 resume_changes=list(before.get("resume_changes") or []),
@@ -274,12 +282,15 @@ class Run:
                 log.info(line)
         corpus = run_corpus(cfg, self._progress_enabled())
         if self.ckpt is not None:  # the corpus it was trained on, by its files' hashes
-            corpus_changes = resumes.check_corpus(
-                self.ckpt.state.get(checkpoint.EXPERIMENT_KEY),
-                self.ckpt.path,
-                corpus.cache_dir,
-                self.train.resume_allow,
-            )
+            try:
+                corpus_changes = resumes.check_corpus(
+                    self.ckpt.state.get(checkpoint.EXPERIMENT_KEY),
+                    self.ckpt.path,
+                    corpus.cache_dir,
+                    self.train.resume_allow,
+                )
+            except ResumeRefused as e:
+                raise LeftAsItWas(e) if self.previous is not None else e from None
             if corpus_changes:
                 self.decision.changes = [*self.decision.changes, *corpus_changes]
                 self._record_changes(corpus_changes)
