@@ -684,7 +684,7 @@ def soak(spec: SoakSpec) -> SoakResult:
         problems.append("the uninterrupted reference sweep did not exit 0")
     delays = fault_delays(spec.delay_s, time.monotonic() - t0, spec.faults)
     plan = fault_plan(spec, rng)
-    kinds = iter(rng.sample(FILE_FAULTS, len(FILE_FAULTS)) * spec.faults)  # each kind in turn
+    kinds = rng.sample(FILE_FAULTS, len(FILE_FAULTS))  # each kind in turn, in a random order
     faults: list[FaultRecord] = []
     invocations = 0
     sweep: SweepProcess | None = None
@@ -696,7 +696,7 @@ def soak(spec: SoakSpec) -> SoakResult:
         if sweep is None:
             waiting = []
             while invocations and len(faults) < spec.faults and plan[len(faults)] == FILE:
-                kind = next(kinds)
+                kind = kinds[sum(f.signal in FILE_FAULTS for f in faults) % len(kinds)]
                 record = FaultRecord(len(faults) + 1, kind, "sweep dir", 0.0)
                 if kind == CONCURRENT_SWEEP:
                     sweep, record.problems = start_twice(spec, faulted, log, spec.timeout_s)
