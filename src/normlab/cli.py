@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from normlab import distributed, launchers
 from normlab.commands import hydra_value, sweep_command
 from normlab.errors import UserError
-from normlab.train.run_dir import claim_run_dir, claim_sweep_dir, continues, holds_results, release_claims
+from normlab.train.run_dir import claim_sweep_dir, release_claims
 from normlab.train.signals import handlers_restored
 
 log = logging.getLogger("normlab")
@@ -169,7 +169,9 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         directory = _select(config, "hydra.run.dir")
         if directory is not None:
-            self._claim(lambda: admit_run(Path(directory), _select(config, "train.resume"), config))
+            from normlab.train.resume import admit  # here: it needs torch, which `--help` does not
+
+            self._claim(lambda: admit(Path(directory), _select(config, "train.resume"), config))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         directory = _select(config, "hydra.sweep.dir")
@@ -186,16 +188,6 @@ class RunDirGuard(Callback):
             print(f"error: {e}", file=sys.stderr)
             # SystemExit, not an Exception: Hydra turns a callback's exceptions into warnings
             raise SystemExit(EXIT_FAILED) from None
-
-
-def admit_run(directory: Path, resume: str | None, config: DictConfig) -> None:
-    """Claim `directory` for this run; one that continues the run there is checked in full first (the same
-    experiment, a readable checkpoint, every step's row): refused, it leaves that run as it was."""
-    claim_run_dir(directory, resume)
-    if resume and holds_results(directory) and continues(directory, resume):
-        from normlab.train.resume import check_before_writing  # here: torch is needed only now
-
-        check_before_writing(config, directory)
 
 
 def _select(config: DictConfig, key: str) -> str | None:

@@ -40,11 +40,16 @@ from normlab.train.run_dir import (
     RESUME,
     SKIP,
     START,
+    RunDirectory,
+    claim_run_dir,
+    continues,
     describe_steps,
+    holds_results,
     missing_steps,
     plan,
     rows_cover,
     training_steps,
+    unclaim,
 )
 from normlab.train.summary import SUMMARY_FILE
 
@@ -100,8 +105,6 @@ class LeftAsItWas(UserError):
 def previous_summary(run_dir: Path, resume: str | None) -> dict[str, Any] | None:
     """summary.json of the run that train.resume continues in `run_dir` (auto, or a path inside it), as it
     is before this run writes anything; None for a fresh run or a run continued from elsewhere."""
-    from normlab.train.run_dir import continues, holds_results
-
     if not resume or not continues(run_dir, resume) or not holds_results(run_dir):
         return None
     return _summary(run_dir) or {}
@@ -342,3 +345,18 @@ def check_before_writing(config: Any, run_dir: Path) -> None:
         decide(checked(task), run_dir, say=lambda _: None, mmap=True)
     finally:
         quiet.setLevel(level)
+
+
+def admit(directory: Path, resume: str | None, config: Any) -> RunDirectory:
+    """Claim `directory` for a run (normlab.train.run_dir.claim_run_dir) before anything is written there;
+    one that continues the run already there is checked in full first (`check_before_writing`), and a
+    refusal lets go of the claim. For every launcher that writes run directories: the command line's
+    RunDirGuard calls it for `python train.py`."""
+    claim = claim_run_dir(directory, resume)
+    try:
+        if resume and holds_results(directory) and continues(directory, resume):
+            check_before_writing(config, directory)
+    except BaseException:
+        unclaim(directory)
+        raise
+    return claim

@@ -258,6 +258,14 @@ def claimed(directory: Path) -> RunDirectory | None:
         return None
 
 
+def unclaim(directory: Path) -> None:
+    """Let go of this process's claim on `directory` (if it holds one)."""
+    with contextlib.suppress(OSError):
+        claim = _CLAIMS.pop(directory.resolve(), None)
+        if claim is not None:
+            claim.release()
+
+
 def release_claims() -> None:
     """Let go of every directory this process claimed (the command line calls it when it ends)."""
     while _CLAIMS:
