@@ -10,7 +10,9 @@ import signal
 import pytest
 
 
-@pytest.mark.parametrize("count", [1, 2, 3])
+@pytest.mark.parametrize(
+    "count", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), 3]
+)
 def test_signals_while_the_sample_is_written(train_cli, tmp_path, monkeypatch, count):
     import normlab.train.run as run_mod
 

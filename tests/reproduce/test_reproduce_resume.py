@@ -65,6 +65,52 @@ def test_a_sweep_made_with_other_settings_is_refused_not_mixed(tmp_path, capsys,
     assert (out / "sweeps" / "xiong_warmup" / "0_a").is_dir()
 
 
+def test_ctrl_c_goes_to_the_sweep_once_and_ends_in_one_line(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while a finding's sweep runs (the sweep here a stand-in that saves and exits 130 on SIGINT):
+    the signal reaches it once, no traceback, one line with the command that continues, exit 130."""
+    import functools
+    import threading
+
+    import normlab.study.reproduce as reproduce
+
+    stub = tmp_path / "python"
+    started, got = tmp_path / "started", tmp_path / "signals"
+    stub.write_text(
+        f"#!{sys.executable}\n"
+        "import pathlib, signal, sys, time\n"
+        f"got = pathlib.Path({str(got)!r})\n"
+        "def handle(signum, frame):\n"
+        "    got.write_text(got.read_text() + 'I' if got.exists() else 'I')\n"
+        "signal.signal(signal.SIGINT, handle)\n"
+        f"pathlib.Path({str(started)!r}).write_text('')\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not got.exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "time.sleep(0.5)  # saving: a second signal would show here\n"
+        "sys.exit(130)\n"
+    )
+    stub.chmod(0o755)
+    monkeypatch.setattr(reproduce, "run_preset", functools.partial(reproduce.run_preset, python=str(stub)))
+
+    def press_ctrl_c():
+        while not started.exists():
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    rc = main(["xiong_warmup", "--no-perturb", "--out", str(tmp_path / "out")])
+    assert rc == 130 and got.read_text() == "I"  # passed on once
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "interrupted: stopped by SIGINT at finding 2 (xiong_warmup)"
+    )
+    assert (
+        f"continue with: python scripts/reproduce.py xiong_warmup --no-perturb --out {tmp_path / 'out'}"
+        in err
+    )
+
+
+@pytest.mark.slow
 def test_ctrl_c_stops_in_one_line_and_the_printed_command_continues(tmp_path, tiny):
     """A real run of scripts/reproduce.py: SIGINT while its sweep's jobs train (the terminal's Ctrl-C reaches
     the script, which passes it to the sweep once), then the printed command, which finishes the finding
