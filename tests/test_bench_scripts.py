@@ -186,3 +186,8 @@ def test_norm_op_benchmark_reports_both_norms_per_shape(repo_root, tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "BATCHxTOKENSxWIDTH" in bad.stderr
+
+
+def test_embedding_rank_benchmark_times_both_routes(repo_root):
+    proc = run(repo_root, "scripts/bench_embedding_rank.py", "--presets=tiny", "--repeats=2", "--threads=1")
+    assert "by the Gram route" in proc.stdout and "by the SVD" in proc.stdout and "of a step" in proc.stdout

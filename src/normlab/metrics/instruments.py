@@ -47,8 +47,8 @@ class InstrumentConfig(Knobs):
     dense_until: int = knob(
         20,
         "... and at EVERY step up to and including this one: instabilities (Post-LN's exploding first updates, "
-        "early loss spikes) live in the first steps, which a sparse `every` would skip; 0 = off. Costs about one "
-        'extra forward per dense step with the model update, hooks otherwise (docs/metrics.md, "Cost")',
+        "early loss spikes) live in the first steps, which a sparse `every` would skip; 0 = off. Costs the "
+        'instrumented step\'s extra work at each dense step (docs/metrics.md, "Cost")',
         ge=0,
     )
     histogram_every: int = knob(
