@@ -56,3 +56,22 @@ def test_compiled_training_matches_eager(make_cfg, tmp_path):
         flag: [r["act_rms/layer_0"] for r in rows if "act_rms/layer_0" in r] for flag, rows in runs.items()
     }
     assert len(measured[True]) >= 3 and measured[True] == pytest.approx(measured[False], rel=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(compile_mod.cpp_compiler() is None, reason="no C++ compiler for Inductor")
+@pytest.mark.parametrize("mode", list(compile_mod.MODES))
+def test_every_compile_mode_is_one_torch_compile_accepts(mode):
+    """train.compile_mode's choices are the knob's, each mapped to arguments torch.compile takes (a tiny
+    function compiles and gives the eager result)."""
+    from normlab.config.groups import TrainConfig
+
+    assert set(compile_mod.MODES) == set(
+        TrainConfig.__dataclass_fields__["compile_mode"].metadata["rule"].choices
+    )
+    torch._dynamo.reset()
+    compiled = compile_mod.compile_module(
+        lambda x: torch.nn.functional.gelu(x) * 2, torch.device("cpu"), mode
+    )
+    x = torch.randn(8)
+    torch.testing.assert_close(compiled(x), torch.nn.functional.gelu(x) * 2)

@@ -68,7 +68,10 @@ SHAPES: dict[str, tuple[int, int, int, int, int, int]] = {
     "tiny": (32, 2, 4, 32, 4, 512),  # a smoke test of the benchmark itself (tests/test_bench_scripts.py)
 }
 SIDES = ("nanogpt", "bare", "instrumented", "eager")
+EXTRA_SIDES = ("bare-tuned", "instrumented-tuned")  # train.compile_mode=tuned, on request (--sides)
 LABELS = {
+    "bare-tuned": "normlab bare, compile_mode=tuned",
+    "instrumented-tuned": "normlab instrumented, compile_mode=tuned",
     "nanogpt": "nanoGPT, compiled",
     "bare": "normlab bare (metrics.enabled=false), compiled",
     "instrumented": "normlab instrumented (default metrics), compiled",
@@ -112,6 +115,8 @@ def normlab_side(
         "bare": ["metrics.enabled=false", f"train.compile={compiled}"],
         "instrumented": [f"train.compile={compiled}"],
         "eager": ["train.compile=false"],
+        "bare-tuned": ["metrics.enabled=false", f"train.compile={compiled}", "train.compile_mode=tuned"],
+        "instrumented-tuned": [f"train.compile={compiled}", "train.compile_mode=tuned"],
     }[name]
     cfg = compose_config([*overrides, *changes])
     c = OmegaConf.to_container(cfg, resolve=True)
@@ -121,7 +126,7 @@ def normlab_side(
     train = {**c["train"], "max_steps": 10**9, "eval_every": 0, "ckpt_every": 0}
     out.mkdir(parents=True)
     trainer = Trainer.from_config(
-        c, model, tokens, tokens, device, reports_dir=out, train=train, histograms=name != "bare"
+        c, model, tokens, tokens, device, reports_dir=out, train=train, histograms=not name.startswith("bare")
     )
     sink = JsonlSink(out / "metrics.jsonl")
 
@@ -223,7 +228,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--shape", default="gpt2", choices=list(SHAPES))
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
-    p.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {', '.join(SIDES)}")
+    p.add_argument(
+        "--sides", default=",".join(SIDES), help=f"comma-separated, of {', '.join(SIDES + EXTRA_SIDES)}"
+    )
     p.add_argument(
         "--block-steps", type=int, default=10, help="steps per block (a multiple of metrics.every)"
     )
@@ -245,8 +252,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda needs a CUDA GPU; use --device cpu --shape small for a smoke test.")
     sides_asked = [s for s in args.sides.split(",") if s]
-    if unknown := set(sides_asked) - set(SIDES):
-        raise SystemExit(f"--sides: {', '.join(sorted(unknown))} unknown; choose from {', '.join(SIDES)}.")
+    if unknown := set(sides_asked) - set(SIDES + EXTRA_SIDES):
+        raise SystemExit(
+            f"--sides: {', '.join(sorted(unknown))} unknown; choose from {', '.join(SIDES + EXTRA_SIDES)}."
+        )
     if "nanogpt" in sides_asked and args.nanogpt is None:
         raise SystemExit(
             "the nanogpt side needs --nanogpt PATH (a nanoGPT checkout); or leave it out of --sides."

@@ -136,6 +136,13 @@ class TrainConfig(Knobs):
         "uncompiled with a warning). Compiling takes 15-20 s on 2 CPU cores; it pays off on runs of more than a "
         "few hundred steps (docs/performance.md)",
     )
+    compile_mode: str = knob(
+        "default",
+        "how train.compile compiles: default (torch.compile's own) | tuned (Inductor also tunes each generated "
+        "kernel's launch configuration by coordinate descent: longer to compile, sometimes faster to run) | "
+        "max-autotune (also benchmarks matrix-product kernels; minutes to compile, for long GPU runs)",
+        choices=("default", "tuned", "max-autotune"),
+    )
     peak_flops: Optional[float] = knob(
         None,
         "the device's peak FLOP/s for the `mfu` metric (tokens/s × FLOPs per token ÷ peak; docs/metrics.md); "

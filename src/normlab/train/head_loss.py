@@ -59,18 +59,30 @@ class HeadLoss:
 
     `model` is a normlab GPT: `features` (token ids → what the head reads; with probe=True also its
     blocks' measurements) and `head` (an nn.Linear without bias). Calling it runs one micro-batch through
-    `step` — torch.compile'd when `compiled`: the whole plain step, or the trunk of the fused one.
+    `step` — torch.compile'd when `compiled` (as `compile_mode`, train.compile_mode, says): the whole
+    plain step, or the trunk of the fused one.
     """
 
     def __init__(
-        self, model: nn.Module, *, z_loss: float, fused: bool, compiled: bool, device: torch.device
+        self,
+        model: nn.Module,
+        *,
+        z_loss: float,
+        fused: bool,
+        compiled: bool,
+        device: torch.device,
+        compile_mode: str = "default",
     ) -> None:
         self.model, self.z_loss, self.fused = model, float(z_loss), fused
+
+        def maybe_compiled(fn: Callable) -> Callable:
+            return compile_module(fn, device, compile_mode) if compiled else fn
+
         if fused:
-            self.trunk = compile_module(model.features, device) if compiled else model.features
+            self.trunk = maybe_compiled(model.features)
             self.step: Callable[..., tuple[torch.Tensor, ...]] = self._fused_step
         else:
-            self.step = compile_module(self._plain_step, device) if compiled else self._plain_step
+            self.step = maybe_compiled(self._plain_step)
 
     def __call__(
         self, x: torch.Tensor, y: torch.Tensor, probe: StepProbe | None = None
