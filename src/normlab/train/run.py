@@ -41,10 +41,11 @@ from normlab.data import TokenCorpus
 from normlab.data.unigram import baseline_unigram_loss, did_learn
 from normlab.distributed import SINGLE, Dist
 from normlab.io import write_text_atomic
+from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
-from normlab.train import checkpoint, flops, memory, outcome, step_time
+from normlab.train import checkpoint, diagnosis, flops, memory, outcome, step_time
 from normlab.train.build import describe, device_label, pick_device, run_corpus
 from normlab.train.callbacks import Callback, Checkpoints, LoopResult, ProgressBar
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
@@ -169,6 +170,7 @@ class Run:
         self.cfg = checked(self.cfg_node)
         self.train = TrainConfig.of(self.cfg["train"])
         self._echo_config()
+        self._preflight()
         resume = self.train.resume
         if resume == AUTO:
             # check_lock=False: the lock is ours, so a `running` summary is a dead process's
@@ -186,6 +188,14 @@ class Run:
             self.summary.update(resumed_from=f"{self.ckpt.path} (step {self.ckpt.step})")
         self.write_summary(status="running")
         return True
+
+    def _preflight(self) -> None:
+        """Say, before anything is built, which known failure this setup matches (normlab.train.diagnosis):
+        one warning line each, kept in summary.json's `preflight`."""
+        notes = [n.sentence for n in diagnosis.preflight(self.cfg)]
+        for sentence in notes:
+            log.warning("pre-flight: %s", sentence)
+        self.summary.update(preflight=notes)
 
     def _echo_config(self) -> None:
         """Copy the config's identity (norm, placement, depth, ...) into the summary, as far as it resolves."""
@@ -322,6 +332,8 @@ class Run:
                 self.summary.baseline_unigram_loss,
                 "learned" if self.summary.learned else "did NOT learn (not clearly below the unigram loss)",
             )
+        if self.summary.diagnosis:
+            log.warning("likely cause: %s", self.summary.diagnosis)
         if trainer.monitor.spike_steps:
             log.info(
                 "%d steps with a loss or grad-norm spike; reports in %s/spikes",
@@ -380,7 +392,7 @@ class Run:
             result.tokens_per_s,
             self.train.flush_every,
         )
-        return dict(
+        fields = dict(
             steps=result.steps,
             diverged_at=result.diverged_at,
             final_val_loss=result.val_losses.get(result.steps) if result.status == "completed" else None,
@@ -390,6 +402,14 @@ class Run:
             mfu=flops.mfu(numbers["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops),
             load_avg=outcome.load_average(),
         )
+        losses = outcome.finite_values(previous, names.LOSS) + list(result.train_losses)
+        known = {
+            "status": result.status,
+            "baseline_unigram_loss": self.summary.baseline_unigram_loss,
+            **fields,
+        }
+        note = diagnosis.cause(self.cfg, known, losses)
+        return {**fields, "diagnosis": note.sentence if note is not None else None}
 
     def _row_fields(self, ending: Ending) -> dict[str, Any]:
         """The steps, and the numbers of the rows before them, of a run an exception ended: a stop before or
