@@ -60,6 +60,17 @@ def threads_for_job(requested: int | None) -> int | None:
     return 1 if parallel else None
 
 
+# launchers that run a sweep's jobs at the same time, each in its own process sharing the terminal
+PARALLEL_LAUNCHERS = ("joblib", "submitit_local")
+
+
+def parallel_sweep() -> bool:
+    """Whether this job runs beside others of its sweep (their bars would overwrite each other)."""
+    hydra_cfg = HydraConfig.get()
+    launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
+    return hydra_cfg.mode == RunMode.MULTIRUN and launcher in PARALLEL_LAUNCHERS
+
+
 def sweep_group() -> str | None:
     """The W&B group of a multirun job: the sweep directory's date and name, shared by all its jobs."""
     hydra_cfg = HydraConfig.get()
@@ -105,7 +116,8 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         stop=launchers.stop_request(),
         resume_command=resume_command,
         dist=distributed.current(),
-        step_time=not multirun,  # a sweep's jobs do not each need telling (and would each pay for it)
+        step_time=not multirun,  # a sweep's jobs do not each need telling
+        side_by_side=parallel_sweep(),  # its sweep prints one progress line for all its running jobs
     )
     try:
         summary = run.execute()

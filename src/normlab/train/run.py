@@ -47,10 +47,11 @@ from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.train import checkpoint, diagnosis, flops, memory, outcome, step_time
 from normlab.train.build import describe, device_label, pick_device, run_corpus
-from normlab.train.callbacks import Callback, Checkpoints, LoopResult, ProgressBar
+from normlab.train.callbacks import Callback, Checkpoints, LoopResult
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import Trainer
 from normlab.train.outcome import Ending
+from normlab.train.progress import ProgressBar, ProgressLog
 from normlab.train.run_dir import AUTO, METRICS_FILE, SAMPLE_FILE, SKIP, START, RunDirectory
 from normlab.train.run_dir import plan as resume_plan
 from normlab.train.sample import generate
@@ -88,10 +89,13 @@ class Run:
         resume_command: ResumeCommand = default_resume_command,
         dist: Dist = SINGLE,
         step_time: bool = False,
+        side_by_side: bool = False,
     ) -> None:
         self.dist = dist
-        # say first how long a step will take (a run typed at a CPU's command line, not a sweep's job)
+        # say how long a step takes, measured on the first steps (a run typed at the command line)
         self.step_time = step_time
+        # one of several jobs a parallel sweep runs at once: no bar, progress lines in train.log only
+        self.side_by_side = side_by_side
         self.cfg_node = cfg
         self.cfg: dict[str, Any] = {}
         self.train: TrainConfig  # the train group, typed: set with self.cfg once the config is checked
@@ -238,11 +242,7 @@ class Run:
         if device.type == "cuda":  # TF32 tensor cores for float32 matmuls (train.peak_flops counts them)
             torch.set_float32_matmul_precision("high")
         self.summary.update(device=device_label(device))
-        model = instantiate(cfg["model"]).to(device)  # before the data: a CPU user hears the step time first
-        # one process only: under torchrun a forward on one rank would leave norm.sync's all-reduce unmatched
-        if self.step_time and device.type == "cpu" and self.dist.world_size == 1:
-            for line in step_time.cpu_lines(model, cfg):
-                log.info(line)
+        model = instantiate(cfg["model"]).to(device)
         corpus = run_corpus(cfg, self._progress_enabled())
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
         self.summary.update(
@@ -310,7 +310,7 @@ class Run:
             callbacks = [
                 sink,
                 *([self.wandb] if self.wandb is not None else []),
-                ProgressBar(self.train.max_steps, trainer.step, self.cfg["name"], self._progress_enabled()),
+                *self._progress(trainer),
                 self._checkpoints(trainer),
             ]
         result = trainer.fit(
@@ -346,8 +346,24 @@ class Run:
     def _progress_enabled(self) -> bool:
         setting = self.train.progress
         if setting == "auto":
-            return sys.stderr.isatty()
+            return sys.stderr.isatty() and not self.side_by_side
         return bool(setting)
+
+    def _progress(self, trainer: Trainer) -> list[Callback]:
+        """The bar (on a terminal) and the progress lines (normlab.train.progress): the lines reach the
+        console only where no bar is drawn and the run is not one of a parallel sweep's."""
+        bar = self._progress_enabled()
+        name, max_steps, per_step = self.cfg["name"], self.train.max_steps, trainer.tokens_per_step
+        lines = ProgressLog(
+            name,
+            max_steps,
+            self.train.log_every,
+            per_step,
+            console=not bar and not self.side_by_side,
+            hint=self.step_time and trainer.step < max_steps,
+            tiny_flops_ratio=step_time.tiny_flops_ratio(self.cfg) if trainer.device.type == "cpu" else None,
+        )
+        return [ProgressBar(max_steps, trainer.step, name, bar, per_step), lines]
 
     # ------------------------------------------------------------------------------------------------
     # finish: summary.json, the one place its final fields are put together
