@@ -255,7 +255,10 @@ class Run:
             checkpoint.load_model_state(model, self.ckpt)
         if cfg["logger"]["name"] == "wandb" and self.dist.is_main:
             # only now: a run that fails before training opens no W&B run
-            self.wandb = WandbSink.open(cfg, self.run_dir, self.group or str(cfg["experiment_name"]))
+            # a resume continues the W&B run whose id the directory keeps; a restart from step 0 starts anew
+            self.wandb = WandbSink.open(
+                cfg, self.run_dir, self.group or str(cfg["experiment_name"]), fresh=self.ckpt is None
+            )
         trainer = Trainer.from_config(
             cfg,
             model,
