@@ -473,6 +473,27 @@ def _signal_before_training(train_cli, trained_run, tmp_path, monkeypatch):
     return result, "SIGTERM"
 
 
+@case("`train.resume=auto` without `hydra.run.dir`")
+def _resume_auto_without_run_dir(train_cli, trained_run, tmp_path, monkeypatch):
+    """train.py's own argv, without the hydra.run.dir train_cli adds: refused before Hydra reads it."""
+    import contextlib
+    import io
+    import runpy
+    import sys
+
+    from cli_run import TRAIN
+
+    monkeypatch.chdir(tmp_path)  # a run that did start would write outputs/ here
+    monkeypatch.setattr(
+        sys, "argv", [str(TRAIN), *base_overrides([], tmp_path / "cache"), "train.resume=auto"]
+    )
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(TRAIN), run_name="__main__")
+    assert not (tmp_path / "outputs").exists()
+    return CliRun(stop.value.code, err.getvalue(), tmp_path / "none"), "hydra.run.dir"
+
+
 # ----------------------------------------------------------------------------------------------------
 
 
