@@ -219,6 +219,7 @@ def _sweep_invalid(train_cli, trained_run, tmp_path, monkeypatch):
         json.loads((tmp_path / "sweep" / "1_ln-pre-L2-w2-s0" / "summary.json").read_text())["status"]
         == "completed"
     )
+    assert "[sweep] finished: " in result.output  # every job completed or was recorded invalid: exit 0
     return result, "depth"
 
 

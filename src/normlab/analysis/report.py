@@ -189,12 +189,29 @@ def write_report(
     table = summary_table(rs)
     report.summary = table
     write_text_atomic(out / SUMMARY_CSV, table.to_csv(index=False))
-    write_text_atomic(out / RUNS_CSV, rs.runs.drop(columns=["_order"], errors="ignore").to_csv())
+    write_text_atomic(out / RUNS_CSV, runs_csv(rs))
     text = _markdown(rs, table, sections, report.skipped, title)
     write_text_atomic(report.path, text)
     report.html = out / HTML_FILE
     write_text_atomic(report.html, markdown_to_html(text, out, title=_title(rs, title)))
     return report
+
+
+def runs_csv(rs: RunSet) -> str:
+    """runs.csv: every run's summary and config; its directory relative to the working directory where it
+    lies below it (a report copied elsewhere should not carry this machine's absolute paths)."""
+    runs = rs.runs.drop(columns=["_order"], errors="ignore").copy()
+    if "path" in runs:
+        here = Path.cwd().resolve()
+
+        def relative(p: object) -> object:
+            try:
+                return Path(str(p)).resolve().relative_to(here).as_posix()
+            except ValueError:
+                return p
+
+        runs["path"] = runs["path"].map(relative)
+    return runs.to_csv()
 
 
 def _title(rs: RunSet, title: str | None) -> str:
