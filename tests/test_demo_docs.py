@@ -40,7 +40,7 @@ def same(value: object, typed: str) -> bool:
     try:
         return math.isclose(float(value), float(typed))
     except (TypeError, ValueError):
-        return str(value) == typed
+        return str(value).lower() == typed.lower()  # booleans: pandas reads True, demo.sh types true
 
 
 def disagreements(runs: pd.DataFrame, settings: list[str], axes: list[str]) -> list[str]:
