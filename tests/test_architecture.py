@@ -84,4 +84,5 @@ def test_nothing_reads_configs_yaml_at_build_time():
         for path in SRC.rglob("*.py")
         if "configs" in {m.split(".")[0] for m in imported(path)}
     )
-    assert readers == ["config/compose.py", "config/help.py", "study/report.py"], readers
+    # cli.py: an unknown +experiment=NAME is answered with every preset there (normlab.suggest)
+    assert readers == ["cli.py", "config/compose.py", "config/help.py", "study/report.py"], readers
