@@ -4,7 +4,7 @@ against an uninterrupted sweep (normlab.sweeps.soak has the details).
 
     python scripts/soak_sweep.py                                  # N=8 jobs × 1200 steps, M=16 faults
     python scripts/soak_sweep.py --jobs 3 --faults 3 --steps 600  # a small one
-    python scripts/soak_sweep.py --workdir /tmp/soak --json soak.json
+    python scripts/soak_sweep.py --workdir outputs/soak --json soak.json
 
 Prints one line per fault and the result line, e.g. `faults survived: 16 of 16, steps lost: 0 (…)`; exits
 1 if any fault was not survived, a job did not complete or differs from the uninterrupted sweep.

@@ -159,7 +159,16 @@ class TrainConfig(Knobs):
     sample_tokens: int = knob(120, "tokens generated from the trained model at the end (0 = none)", ge=0)
     sample_prompt: str = knob("Once upon a time", "prompt of that sample")
     progress: Any = knob(
-        "auto", "progress bar: auto (only on a terminal) | true | false", choices=("auto", True, False)
+        "auto",
+        "progress bar: auto (only on a terminal, and not for the jobs of a parallel sweep, whose sweep prints "
+        "one line for all) | true | false",
+        choices=("auto", True, False),
+    )
+    log_every: int = knob(
+        50,
+        "a progress line (step, loss, lr, grad norm, tokens/s, s/step, ETA) every this many steps and at the "
+        "last, into train.log and, when no bar is drawn there, the console; 0 = none",
+        ge=0,
     )
 
 
