@@ -4,7 +4,7 @@ against an uninterrupted sweep (normlab.sweeps.soak has the details).
 
     python scripts/soak_sweep.py                                  # N=8 jobs × 1200 steps, M=16 faults
     python scripts/soak_sweep.py --jobs 3 --faults 3 --steps 600  # a small one
-    python scripts/soak_sweep.py --workdir /tmp/soak --json soak.json
+    python scripts/soak_sweep.py --workdir outputs/soak --json soak.json
 
 Besides signals, about a third of the M faults are file faults between invocations (a metrics.jsonl cut
 mid-row, a newest checkpoint cut short, the continue command started twice at once); then pairs of single

@@ -191,3 +191,37 @@ def test_the_config_reference_is_generated_from_the_dataclasses() -> None:
         "| `n_train_stories` |",
     ):
         assert key in render(), key
+
+
+ABSOLUTE = re.compile(r"(?<![\w.~$-])/(?:work|home|root|tmp|Users|mnt|private|var/folders)/[\w.-]")
+
+
+def shipped_text_files() -> list[Path]:
+    """What a clone ships for people to read or run: pages, configs, scripts and the sources."""
+    patterns = [
+        "*.md",
+        "docs/**/*.md",
+        "docs/**/*.csv",
+        "configs/**/*.yaml",
+        "scripts/*",
+        "src/**/*.py",
+        "notebooks/*.ipynb",
+    ]
+    return sorted({p for pattern in patterns for p in ROOT.glob(pattern) if p.is_file()})
+
+
+def test_no_shipped_file_carries_a_machines_absolute_path() -> None:
+    """A maintainer's checkout (/work/…, /home/…) or scratch folder (/tmp/…) means nothing on a clone."""
+    found = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()[:120]}"
+        for p in shipped_text_files()
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if ABSOLUTE.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_absolute_path_check_can_fire() -> None:
+    assert ABSOLUTE.search("--out /work/main/outputs/reproduce/final")
+    assert ABSOLUTE.search("ln -s x /tmp/sweep-runs/")
+    assert not ABSOLUTE.search("outputs/reproduce/final and https://example.test/home/x")

@@ -34,3 +34,32 @@ def test_progress_line():
     )
     assert progress_line(6, 6, "x completed", 300.0).endswith("5.0 min elapsed, all done")
     assert progress_line(3, None, "x failed", 10.0) == "[sweep] 3 done · x failed · 10 s elapsed"
+
+
+def test_one_sweep_line_for_the_jobs_running_side_by_side(tmp_path):
+    """sweeps.live: each running job's step and loss from the tail of its metrics.jsonl, its length from its
+    config, and the time left scaled by the work left."""
+    import io
+    import json
+
+    from normlab.sweeps.jobs import Job
+    from normlab.sweeps.live import SweepTicker
+
+    for num, name, step, loss in ((2, "rms-pre", 119, 3.412), (3, "rms-post", 49, 3.9)):
+        run = tmp_path / f"{num}_{name}"
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "config.yaml").write_text("train:\n  max_steps: 200\n")
+        rows = [{"step": s, "loss": loss + 0.01 * (step - s)} for s in range(step + 1)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 12')
+    (tmp_path / "4_ln-pre").mkdir()  # started: no row yet
+    out = io.StringIO()
+    ticker = SweepTicker(tmp_path, total=6, every_s=30, out=out)
+    running = {n: Job(n, []) for n in (2, 3, 4)}
+    assert ticker.tick(running, done=2, now=ticker.started + 10) is None  # not due yet
+    line = ticker.tick(running, done=2, now=ticker.started + 60)
+    # done work: 2 jobs + 120/200 + 50/200 = 2.85 of 6 → 60 s × 3.15 / 2.85 = 66 s left
+    assert line == (
+        "[sweep] running: #2 rms-pre 120/200 (loss 3.41), #3 rms-post 50/200 (loss 3.90), #4 ln-pre starting · "
+        "2/6 done · 60 s elapsed, about 66 s left"
+    )
+    assert out.getvalue() == line + "\n"

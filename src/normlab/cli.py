@@ -16,7 +16,6 @@ sweep's launcher (normlab.sweeps) reports every job and sets the sweep's exit co
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
 import os
 import re
@@ -33,7 +32,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from normlab import distributed, launchers
+from normlab import distributed, launchers, suggest
 from normlab.commands import hydra_value, sweep_command
 from normlab.errors import UserError
 from normlab.train.run_dir import claim_sweep_dir, release_claims
@@ -59,6 +58,17 @@ def threads_for_job(requested: int | None) -> int | None:
         hydra_cfg.mode == RunMode.MULTIRUN and hydra_cfg.runtime.choices.get("hydra/launcher") == "joblib"
     )
     return 1 if parallel else None
+
+
+# launchers that run a sweep's jobs at the same time, each in its own process sharing the terminal
+PARALLEL_LAUNCHERS = ("joblib", "submitit_local")
+
+
+def parallel_sweep() -> bool:
+    """Whether this job runs beside others of its sweep (their bars would overwrite each other)."""
+    hydra_cfg = HydraConfig.get()
+    launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
+    return hydra_cfg.mode == RunMode.MULTIRUN and launcher in PARALLEL_LAUNCHERS
 
 
 def sweep_group() -> str | None:
@@ -106,7 +116,8 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         stop=launchers.stop_request(),
         resume_command=resume_command,
         dist=distributed.current(),
-        step_time=not multirun,  # a sweep's jobs do not each need telling (and would each pay for it)
+        step_time=not multirun,  # a sweep's jobs do not each need telling
+        side_by_side=parallel_sweep(),  # its sweep prints one progress line for all its running jobs
         keep_signals=not multirun,  # in a sweep the launcher's handlers come back between jobs
     )
     try:
@@ -208,11 +219,13 @@ def hydra_sentence(exc: BaseException) -> str | None:
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
 
-    from normlab.config.groups import settings
-
     text = str(exc).strip()
     if isinstance(exc, MissingConfigException):
         missing = exc.missing_cfg_file or ""
+        if missing.startswith(f"{suggest.EXPERIMENT}/"):  # every preset, findings/* included
+            from normlab.configs import CONFIG_DIR
+
+            return suggest.unknown_preset(missing.split("/", 1)[1], Path(CONFIG_DIR))
         if "/" in missing and exc.options is not None:
             group, option = missing.rsplit("/", 1)
             return f"{group}={option} is not an option; {group} takes one of {', '.join(exc.options)}."
@@ -225,11 +238,8 @@ def hydra_sentence(exc: BaseException) -> str | None:
             "spaces, brackets or commas (see python train.py --help)."
         )
     if isinstance(exc, ConfigCompositionException):
-        if m := re.search(r"Could not override '([^']+)'", text):
-            key = m.group(1)
-            close = difflib.get_close_matches(key, settings(), n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]}?" if close else "python train.py --help lists every setting."
-            return f"{key} is not a setting; {hint}"
+        if fix := suggest.sentence(text):  # an unknown key, a list value without brackets
+            return fix
         if m := re.search(r"An item is already at '([^']+)'", text):
             return (
                 f"{m.group(1)} is already a setting; set it without the leading +, e.g. {m.group(1)}=VALUE."
@@ -318,5 +328,10 @@ def main() -> None:
 
     register()  # every group's options, from their dataclasses, in Hydra's ConfigStore
     register_help_resolver()  # `--help` lists every knob with the text its dataclass field declares
+    try:  # experiment=NAME as +experiment=NAME; a launcher without -m, resume=auto without its directory
+        sys.argv[1:] = suggest.before_hydra(sys.argv[1:])
+    except suggest.CommandLineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
     join_torchrun()  # torchrun: one process group and one run directory for all ranks
     guarded(_train)  # Hydra's own errors (unknown option, bad override, bad run dir) as one sentence

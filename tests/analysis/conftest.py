@@ -88,6 +88,7 @@ def spec(
     attn_scale=1.0,
     summary_extra=None,
     loss_at=None,  # {step: training loss} in place of the formula's value, e.g. a spike
+    grad0=None,  # per-block gradient norms at step 0 in place of grad_layer's profile
 ) -> dict[str, Any]:
     return dict(locals())
 
@@ -156,6 +157,8 @@ def write_run(run_dir: Path, s: dict[str, Any]) -> None:
         }
         for i in range(s["depth"]):
             row[names.grad_norm_layer(i)] = grad_layer(s, step, i)
+            if step == 0 and s["grad0"] is not None:
+                row[names.grad_norm_layer(i)] = s["grad0"][i]
             for part in names.SUBLAYERS:
                 row[names.grad_norm_sublayer(i, part)] = grad_layer(s, step, i) / 2
         if s["instrumented"]:

@@ -95,6 +95,7 @@ def test_a_null_effect_reads_no_clear_difference(fab, tmp_path):
     assert sentence.startswith("**placement** — post vs pre: no clear difference (")
     assert contrast_rows([c], rs)[0][-1] == "no clear difference"
     assert "not separated" in summary_sentences(rs)[0]
+    assert "**" not in summary_sentences(rs)[0]  # no bold winner without a test that separates it
 
 
 def test_one_run_per_variant_warns_and_gives_no_interval(fab, tmp_path):
@@ -107,7 +108,7 @@ def test_one_run_per_variant_warns_and_gives_no_interval(fab, tmp_path):
     )
     (first,) = summary_sentences(rs)
     assert first == (
-        "Lowest final validation loss: **pre**, 2.500 nats/token (n = 1); the next, post: +0.200 nats "
+        "Lowest final validation loss: pre, 2.500 nats/token (n = 1); the next, post: +0.200 nats "
         "(untested: n = 1 vs 1, no noise estimate)."
     )
     assert contrast_rows(contrasts(rs), rs)[0][4:] == ["–", "1 vs 1", "untested (n = 1)"]
@@ -124,8 +125,12 @@ def test_runs_that_did_not_learn_are_named(fab, tmp_path):
         "post": {"baseline_unigram_loss": baseline, "learned": False},
     }
     rs = three_seed_sweep(fab, tmp_path / "s", POST, PRE, extra)
-    (warning,) = warnings(rs)
+    warning, *causes = warnings(rs)
     assert warning.startswith("3 run(s) did not learn")
+    assert "lower the learning rate" not in " ".join(warnings(rs))  # no remedy its numbers do not support
+    # one line for the variant: its three runs share the cause the rules find in their config and losses
+    (cause,) = causes
+    assert cause.startswith("Likely cause, from the run's own config and losses — `post` (3 of 3 runs): ")
     assert f"unigram baseline ({baseline:.3f} nats/token): post (3 of 3)." in warning
     (sentence,) = contrast_sentences(contrasts(rs), rs)
     assert sentence.startswith("**placement** — post (did not learn) vs pre: ")

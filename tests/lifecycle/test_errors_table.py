@@ -308,6 +308,7 @@ def _sweep_invalid(train_cli, trained_run, tmp_path, monkeypatch):
         json.loads((tmp_path / "sweep" / "1_ln-pre-L2-w2-s0" / "summary.json").read_text())["status"]
         == "completed"
     )
+    assert "[sweep] finished: " in result.output  # every job completed or was recorded invalid: exit 0
     return result, "depth"
 
 
@@ -617,6 +618,27 @@ def _signal_before_training(train_cli, trained_run, tmp_path, monkeypatch):
     result = train_cli()
     assert not (result.run_dir / "checkpoints").exists()
     return result, "SIGTERM"
+
+
+@case("`train.resume=auto` without `hydra.run.dir`")
+def _resume_auto_without_run_dir(train_cli, trained_run, tmp_path, monkeypatch):
+    """train.py's own argv, without the hydra.run.dir train_cli adds: refused before Hydra reads it."""
+    import contextlib
+    import io
+    import runpy
+    import sys
+
+    from cli_run import TRAIN
+
+    monkeypatch.chdir(tmp_path)  # a run that did start would write outputs/ here
+    monkeypatch.setattr(
+        sys, "argv", [str(TRAIN), *base_overrides([], tmp_path / "cache"), "train.resume=auto"]
+    )
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(TRAIN), run_name="__main__")
+    assert not (tmp_path / "outputs").exists()
+    return CliRun(stop.value.code, err.getvalue(), tmp_path / "none"), "hydra.run.dir"
 
 
 # ----------------------------------------------------------------------------------------------------

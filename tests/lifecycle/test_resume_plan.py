@@ -115,7 +115,10 @@ def outcome(status: str) -> Outcome:
     [
         (["completed", "diverged", "skipped"], None, 0),
         (["completed", "interrupted", "not started"], signal.SIGINT, 130),
-        (["completed", "invalid"], None, EXIT_INCOMPLETE),
+        # finished: a divergence is a result, an invalid combination recorded and skipped by design
+        (["completed", "invalid"], None, 0),
+        (["completed", "diverged", "invalid", "skipped"], None, 0),
+        (["completed", "invalid", "failed"], None, EXIT_INCOMPLETE),
         (["failed", "killed"], None, EXIT_INCOMPLETE),
         (["interrupted", "completed"], None, EXIT_INCOMPLETE),  # one job signalled, the sweep went on
         (["invalid", "crashed"], None, EXIT_CRASHED),

@@ -144,3 +144,43 @@ def test_multirun_groups_wandb_runs_by_sweep_and_goes_on_past_divergence(
     groups = {r["run"].run_group for r in records}
     assert len(groups) == 1 and groups.pop().endswith("sweep")
     assert [r["exit_code"] for r in records] == [1, 0]
+
+
+def test_a_resumed_run_continues_its_own_wandb_run(make_cfg, tmp_path, monkeypatch):
+    """SIGINT, then train.resume=RUN_DIR in the same directory: one W&B run (the id kept in the run
+    directory), its history the steps before the stop and the steps after it, each once."""
+    import signal
+
+    from normlab.metrics.wandb_sink import RUN_ID_FILE
+    from normlab.train.signals import StopRequest
+
+    class StopAfter(StopRequest):
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.polls = 0
+            self.n = n
+
+        def __call__(self) -> bool:
+            self.polls += 1
+            if self.polls >= self.n and self.signum is None:
+                self.request(signal.SIGINT)
+            return super().__call__()
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    settings = ["logger=wandb", "train.max_steps=10", "train.flush_every=1", "metrics.dense_until=0"]
+    first = Run(make_cfg(*settings), tmp_path, stop=StopAfter(4)).execute()
+    assert first["status"] == "interrupted" and first["steps"] == 4
+    kept = (tmp_path / RUN_ID_FILE).read_text().strip()
+    second = Run(make_cfg(*settings, f"train.resume={tmp_path}"), tmp_path).execute()
+    assert second["status"] == "completed"
+    paths = written_offline_runs(tmp_path)
+    assert len(paths) == 2  # W&B writes each process's part in its own folder; `wandb sync` joins them
+    records = [read_run(p) for p in paths]
+    assert {r["run"].run_id for r in records} == {kept}
+    steps = [h[names.STEP] for r in records for h in r["history"] if names.LOSS in h]
+    assert sorted(steps) == list(range(10))
+    assert [r["exit_code"] for r in records] == [1, 0]
+    # a run started afresh in a directory gets a new W&B run
+    fresh = tmp_path / "fresh"
+    Run(make_cfg(*settings), fresh).execute()
+    assert (fresh / RUN_ID_FILE).read_text().strip() != kept

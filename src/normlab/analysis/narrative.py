@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from normlab.analysis.causes import cause_lines
 from normlab.analysis.estimate import Estimate, ci_label, difference, fmt_ci
 from normlab.analysis.load import RunSet, short_names
 from normlab.analysis.stats import finite, learned_flags
@@ -202,10 +203,12 @@ def summary_sentences(rs: RunSet, metric: str = METRIC) -> list[str]:
     n_best = f"n = {len(best.values)}"
     if len(ranked) == 1:
         return [f"One variant with a {METRIC_TEXT}: {_label(best)}, {best.mean:.3f} {UNIT}/token ({n_best})."]
-    first = f"Lowest {METRIC_TEXT}: **{_label(best)}**, {best.mean:.3f} {UNIT}/token ({n_best})"
     runner = ranked[1]
     d = compare(runner, best)
     r = reading(d)
+    # bold only a lowest loss that a test separates from the next: n = 1 or noise crowns no winner
+    shown = f"**{_label(best)}**" if d.resolved else _label(best)
+    first = f"Lowest {METRIC_TEXT}: {shown}, {best.mean:.3f} {UNIT}/token ({n_best})"
     if r == IDENTICAL:
         first += f"; {runner.variant} is identical to it"
     elif d.resolved:
@@ -416,8 +419,7 @@ def warnings(rs: RunSet, metric: str = METRIC) -> list[str]:
         out.append(
             f"{len(not_learned)} run(s) did not learn — their best validation loss is not clearly below the "
             f"corpus's unigram baseline{where}: {listed}. Their numbers are not evidence about the norm or "
-            "the placement, only that this setup failed to train them (train longer, or lower the "
-            "learning rate)."
+            "the placement, only that this setup failed to train them."
         )
     holes = rs.runs[rs.runs["rows_missing"].fillna(0) > 0] if "rows_missing" in rs.runs else rs.runs.iloc[:0]
     if not holes.empty:
@@ -434,6 +436,7 @@ def warnings(rs: RunSet, metric: str = METRIC) -> list[str]:
             f"Runs diverged in {listed}: diverged runs have no {METRIC_TEXT}, so those variants' means "
             "cover only the runs that finished (see Diverged runs)."
         )
+    out += [f"Likely cause, from the run's own config and losses — {line}" for line in cause_lines(rs)]
     return out
 
 

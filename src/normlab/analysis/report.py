@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from normlab.analysis import narrative
+from normlab.analysis import captions, narrative
 from normlab.analysis.escape import markdown_view, md_text
 from normlab.analysis.html import markdown_to_html
 from normlab.analysis.load import SEED_KEY, RunSet, short_names
@@ -160,7 +160,7 @@ def write_report(
     axes = choose_grid(rs, grid) if wanted_grid(figures) else None  # unknown keys fail before any drawing
     options = {"logx": logx, "smooth": smooth}
     wanted = set(figures) if figures is not None else None
-    sections: list[tuple[str, str]] = []  # (title, filename)
+    sections: list[tuple[str, str, str]] = []  # (title, filename, figure key)
     for spec in FIGURES:
         if wanted is not None and spec.key not in wanted:
             continue
@@ -170,7 +170,7 @@ def write_report(
             report.skipped[spec.title] = str(e)
             continue
         report.figures[spec.key] = save(fig, out / spec.filename, dpi=dpi)
-        sections.append((spec.title, spec.filename))
+        sections.append((spec.title, spec.filename, spec.key))
 
     if axes is not None:
         grid_title = f"Grid of {GRID_METRIC.replace('_', ' ')}"
@@ -186,21 +186,38 @@ def write_report(
             else:
                 filename = f"grid_{GRID_METRIC}.png"
                 report.figures["grid"] = save(fig, out / filename, dpi=dpi)
-                sections.append((grid_title, filename))
+                sections.append((grid_title, filename, "grid"))
 
     table = summary_table(rs)
     report.summary = table
     write_text_atomic(out / SUMMARY_CSV, table.to_csv(index=False))
-    write_text_atomic(out / RUNS_CSV, rs.runs.drop(columns=["_order"], errors="ignore").to_csv())
+    write_text_atomic(out / RUNS_CSV, runs_csv(rs))
     # the Markdown from a view whose run-directory strings are escaped: they show as text, never as markup
     view = markdown_view(rs)
-    shown_sections = [(md_text(t), f) for t, f in sections]
+    shown_sections = [(md_text(t), f, k) for t, f, k in sections]
     shown_skipped = {md_text(k): md_text(v) for k, v in report.skipped.items()}
     text = _markdown(view, summary_table(view), shown_sections, shown_skipped, _title(view, title, md_text))
     write_text_atomic(report.path, text)
     report.html = out / HTML_FILE
     write_text_atomic(report.html, markdown_to_html(text, out, title=_title(rs, title)))
     return report
+
+
+def runs_csv(rs: RunSet) -> str:
+    """runs.csv: every run's summary and config; its directory relative to the working directory where it
+    lies below it (a report copied elsewhere should not carry this machine's absolute paths)."""
+    runs = rs.runs.drop(columns=["_order"], errors="ignore").copy()
+    if "path" in runs:
+        here = Path.cwd().resolve()
+
+        def relative(p: object) -> object:
+            try:
+                return Path(str(p)).resolve().relative_to(here).as_posix()
+            except ValueError:
+                return p
+
+        runs["path"] = runs["path"].map(relative)
+    return runs.to_csv()
 
 
 def _title(rs: RunSet, title: str | None, shown: Callable[[str], str] = str) -> str:
@@ -217,7 +234,7 @@ def _title(rs: RunSet, title: str | None, shown: Callable[[str], str] = str) -> 
 def _markdown(
     rs: RunSet,
     table: pd.DataFrame,
-    sections: list[tuple[str, str]],
+    sections: list[tuple[str, str, str]],
     skipped: dict[str, str],
     title: str,
 ) -> str:
@@ -293,8 +310,26 @@ def _markdown(
         ]
 
     lines += ["## Figures", ""]
-    for title_, filename in sections:
+    lines += [
+        "Under each figure, one reading computed from these runs: the number it is about, per run, its "
+        "highest and lowest variant and their difference, tested as in Effects (untested without a noise "
+        "estimate).",
+        "",
+    ]
+    for title_, filename, key in sections:
         lines += [f"### {title_}", "", f"![{title_}]({filename})", ""]
+        lines += [text for text in (captions.caption(key, rs), captions.missing(key, rs)) if text]
+        if key == "loss":
+            spikes = captions.spike_lines(rs)
+            if spikes:
+                lines += [
+                    "",
+                    "Spikes flagged (▲; a value more than spikes.sigma standard deviations above its running "
+                    "trend, docs/metrics.md):",
+                    "",
+                ]
+                lines += [f"- {line}" for line in spikes]
+        lines.append("")
     if skipped:
         lines += ["Skipped (no data for them in these runs):", ""]
         lines += [f"- {name}: {why}." for name, why in skipped.items()]

@@ -147,6 +147,13 @@ class TrainConfig(Knobs):
         "uncompiled with a warning). Compiling takes 15-20 s on 2 CPU cores; it pays off on runs of more than a "
         "few hundred steps (docs/performance.md)",
     )
+    compile_mode: str = knob(
+        "default",
+        "how train.compile compiles: default (torch.compile's own) | tuned (Inductor also tunes each generated "
+        "kernel's launch configuration by coordinate descent: longer to compile, sometimes faster to run) | "
+        "max-autotune (also benchmarks matrix-product kernels; minutes to compile, for long GPU runs)",
+        choices=("default", "tuned", "max-autotune"),
+    )
     peak_flops: Optional[float] = knob(
         None,
         "the device's peak FLOP/s for the `mfu` metric (tokens/s × FLOPs per token ÷ peak; docs/metrics.md); "
@@ -163,7 +170,16 @@ class TrainConfig(Knobs):
     sample_tokens: int = knob(120, "tokens generated from the trained model at the end (0 = none)", ge=0)
     sample_prompt: str = knob("Once upon a time", "prompt of that sample")
     progress: Any = knob(
-        "auto", "progress bar: auto (only on a terminal) | true | false", choices=("auto", True, False)
+        "auto",
+        "progress bar: auto (only on a terminal, and not for the jobs of a parallel sweep, whose sweep prints "
+        "one line for all) | true | false",
+        choices=("auto", True, False),
+    )
+    log_every: int = knob(
+        50,
+        "a progress line (step, loss, lr, grad norm, tokens/s, s/step, ETA) every this many steps and at the "
+        "last, into train.log and, when no bar is drawn there, the console; 0 = none",
+        ge=0,
     )
 
 

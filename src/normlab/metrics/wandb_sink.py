@@ -6,7 +6,9 @@ of the run. W&B's files go to RUN_DIR/wandb/, so an offline run can be browsed w
 uploaded later with `wandb sync`.
 
 The W&B run starts with the first metrics row, so a run that never trained (missing data, a crash while
-building the model) leaves no empty W&B run behind. Each training run is one W&B run: `group` = the sweep,
+building the model) leaves no empty W&B run behind. Its id is kept in the run directory (RUN_ID_FILE): a
+resumed run continues its own W&B run (`wandb.init(id=…, resume="allow")`, offline too: `wandb sync` puts
+the pieces together) instead of starting a second one; a run started afresh in its directory gets a new id. Each training run is one W&B run: `group` = the sweep,
 `job_type` = the variant (what the sweep varies, seed excluded, e.g. `ln, pre`), the config flattened to
 the override keys, and the per-layer metrics (`grad_norm/layer_i`, `act_rms/layer_i`, ...) in panel
 sections of their own (W&B makes a section of the name before the first "/").
@@ -17,12 +19,15 @@ from __future__ import annotations
 import logging
 import netrc
 import os
+import secrets
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 from urllib.parse import urlparse
 
+from normlab.io import write_text_atomic
 from normlab.knobs import Knobs, knob
 from normlab.metrics import names
 from normlab.metrics.histograms import Histogram
@@ -31,6 +36,7 @@ from normlab.metrics.sinks import RowSink
 log = logging.getLogger("normlab")
 
 MODES = ("auto", "online", "offline", "disabled")
+RUN_ID_FILE = Path("wandb") / "normlab-run-id"  # in the run directory: the W&B run this training run logs to
 # config groups whose choice is named by their `name` key: logged as `norm: ln` so W&B can group by it
 NAMED_GROUPS = ("norm", "placement", "schedule", "data", "logger")
 
@@ -232,6 +238,28 @@ def to_wandb(row: Mapping[str, Any], wandb: Any) -> dict[str, Any]:
     }
 
 
+def new_run_id() -> str:
+    """A W&B run id as W&B makes them: 8 characters of [a-z0-9]."""
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
+def run_id(run_dir: Path, fresh: bool, new_id: Callable[[], str] = new_run_id) -> str:
+    """The W&B run id of the training run in `run_dir`: the one kept there (a resumed run), or — for a
+    fresh start, or where none is kept — `new_id()`, written there first (atomically, beside W&B's files)."""
+    path = Path(run_dir) / RUN_ID_FILE
+    if not fresh:
+        try:
+            kept = path.read_text().strip()
+        except OSError:
+            kept = ""
+        if kept:
+            return kept
+    made = new_id()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, made + "\n")
+    return made
+
+
 def announce(run: Any, credentials: bool) -> None:
     """The one line a user needs: where an online run is, or how to upload an offline one."""
     settings = getattr(run, "settings", None)
@@ -259,9 +287,10 @@ class WandbSink(RowSink):
         self.run, self.wandb, self._start = run, wandb, start
 
     @classmethod
-    def open(cls, cfg: Mapping[str, Any], run_dir: Path, group: str) -> WandbSink | None:
+    def open(cls, cfg: Mapping[str, Any], run_dir: Path, group: str, fresh: bool = False) -> WandbSink | None:
         """A sink that starts the W&B run (online, else offline) with the first metrics row, or None with
-        one line saying why W&B is off. The mode is decided now, so a bad `logger.mode` is reported first."""
+        one line saying why W&B is off. The mode is decided now, so a bad `logger.mode` is reported first.
+        The W&B run is the one whose id `run_dir` keeps (a resume), a new one when `fresh` or none is kept."""
         lcfg = WandbConfig.of(cfg["logger"])
         try:
             import wandb
@@ -284,9 +313,14 @@ class WandbSink(RowSink):
 
         def start() -> Any:
             run = None
+            try:
+                rid = run_id(run_dir, fresh, new_run_id)
+            except OSError as e:  # an unwritable directory: a W&B run of its own, as before ids were kept
+                log.warning("W&B run id not kept in %s (%s); a resume will start a new W&B run", run_dir, e)
+                rid = None
             for attempt in ("online", "offline") if mode == "online" else ("offline",):
                 try:
-                    run = cls._init(wandb, cfg, run_dir, group, attempt, job_type)
+                    run = cls._init(wandb, cfg, run_dir, group, attempt, job_type, rid)
                     break
                 except Exception as e:  # any W&B failure must leave training running
                     first_line = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
@@ -301,7 +335,13 @@ class WandbSink(RowSink):
 
     @staticmethod
     def _init(
-        wandb: Any, cfg: Mapping[str, Any], run_dir: Path, group: str, mode: str, job_type: str = "train"
+        wandb: Any,
+        cfg: Mapping[str, Any],
+        run_dir: Path,
+        group: str,
+        mode: str,
+        job_type: str = "train",
+        run_id: str | None = None,
     ) -> Any:
         lcfg = WandbConfig.of(cfg["logger"])
         settings = wandb.Settings(
@@ -314,6 +354,8 @@ class WandbSink(RowSink):
             reinit="finish_previous",  # jobs of a multirun in one process each get their own run
         )
         run = wandb.init(
+            id=run_id,
+            resume="allow" if run_id else None,  # the same W&B run when the training run is resumed
             project=lcfg.project,
             entity=lcfg.entity,
             name=cfg["name"],

@@ -28,6 +28,25 @@ from normlab.study.verdicts import CONFIDENCE, RULE, Check, Outcome
 # checkout's configs/ symlink would not open on a code host that shows symlinks as files
 PRESET_DIR = CONFIG_DIR / "experiment"
 REPORT_FILE = "REPORT.md"
+
+
+def shipped(command: str) -> str:
+    """A recorded command as a report may ship it: an absolute path inside the working directory made
+    relative, one elsewhere cut to its part from `outputs/` (a checkout's path is nobody else's)."""
+    out = []
+    for token in command.split(" "):
+        key, sep, value = token.rpartition("=") if "=" in token else ("", "", token)
+        if value.startswith("/"):
+            path = Path(value)
+            try:
+                value = path.relative_to(Path.cwd()).as_posix()
+            except ValueError:
+                parts = path.parts
+                value = "/".join(parts[parts.index("outputs") :]) if "outputs" in parts else path.name
+        out.append(f"{key}{sep}{value}")
+    return " ".join(out)
+
+
 TIMINGS_FILE = "timings.json"
 MEASURE_S = "measure_s"  # a timing record's seconds spent on the finding's measurements ("profile_s" before)
 FIGURE_DPI = 100  # keeps every PNG well under 300 KB
@@ -172,7 +191,9 @@ def finding_section(
         lines += [line, ""]
     cmd = f"python train.py -m +experiment={finding.preset}"
     if record:  # as it ran; sweeps from before the presets moved to findings/ named them without it
-        cmd = record["command"].replace(f"+experiment={finding.name}", f"+experiment={finding.preset}")
+        cmd = shipped(record["command"]).replace(
+            f"+experiment={finding.name}", f"+experiment={finding.preset}"
+        )
     preset = Path(os.path.relpath(PRESET_DIR, report_dir)) / f"{finding.preset}.yaml"
     lines.append(
         f"**What we ran.** `{cmd}` (preset [`configs/experiment/{finding.preset}.yaml`]({preset.as_posix()}))."
@@ -187,7 +208,7 @@ def finding_section(
             timing += f" (sweep {fmt_duration(record.get('sweep_s'))}, {what} {fmt_duration(measured)})"
         if record.get("perturbed"):
             timing += f", of which {fmt_duration(record['perturbed'].get('wall_s'))} for the perturbed sweep"
-            timing += f" (`{record['perturbed'].get('command')}`)"
+            timing += f" (`{shipped(str(record['perturbed'].get('command')))}`)"
         lines.append(f"{timing}, started {record.get('started', '?')}.")
     lines.append("")
     if error:
@@ -271,7 +292,7 @@ def build_report(
     lines = ["# Reproducing published findings on normalization", ""]
     sessions = timings.get("sessions", [])
     if command and not any(s["command"] == command for s in sessions):
-        lines += [f"Report rebuilt from existing sweeps by `{command}`.", ""]
+        lines += [f"Report rebuilt from existing sweeps by `{shipped(command)}`.", ""]
     if sessions:
         lines.append("Produced by:")
         lines.append("")
@@ -281,7 +302,7 @@ def build_report(
             if current and len(current) < len(s["names"]):
                 what += " (the others were re-run later)"
             lines.append(
-                f"- `{s['command']}` — {what}: wall time {fmt_duration(s['wall_s'])}, started {s['started']}."
+                f"- `{shipped(s['command'])}` — {what}: wall time {fmt_duration(s['wall_s'])}, started {s['started']}."
             )
         lines.append("")
     if machines:

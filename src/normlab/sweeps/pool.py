@@ -40,6 +40,7 @@ from hydra.core.singleton import Singleton
 from normlab.sweeps import watchdog
 from normlab.sweeps.base import Ran, SweepLauncher
 from normlab.sweeps.jobs import Job
+from normlab.sweeps.live import SweepTicker
 from normlab.sweeps.stop import SweepStop, send
 from normlab.train.signals import STOP_SIGNALS
 
@@ -117,6 +118,9 @@ class LocalPoolLauncher(SweepLauncher):
         ran: dict[int, Ran] = {}
         stop = SweepStop(lambda signum: sum(send(r.process.pid, signum) for r in list(running.values())))
         results = results_folder(Path(str(self.config.hydra.sweep.dir)))
+        ticker = SweepTicker(
+            Path(str(self.config.hydra.sweep.dir)), len(jobs)
+        )  # one line for all running jobs
         try:
             with stop.installed():
                 while pending or running:
@@ -139,6 +143,7 @@ class LocalPoolLauncher(SweepLauncher):
                         if r.process.poll() is not None:
                             ran[num] = collect(r)
                             del running[num]
+                    ticker.tick({num: r.job for num, r in running.items()}, len(ran))
                     time.sleep(POLL_S)
         finally:
             shutil.rmtree(results, ignore_errors=True)

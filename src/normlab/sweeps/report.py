@@ -2,13 +2,16 @@
 
 Exit codes of `python train.py -m` (docs/errors.md, "When something goes wrong"):
 
-- 0: every job completed or diverged (now or in an earlier invocation);
+- 0: the sweep finished: every job completed, diverged or was recorded invalid (now or in an earlier
+  invocation) — a divergence is a result, and an invalid combination is skipped by design (`-m
+  norm=deepnorm placement=pre,post`); the invalid ones are listed with their reason;
 - 128 + N: the sweep was stopped by signal N (130 Ctrl-C, 143 SIGTERM): its running jobs saved, the rest
   did not start;
 - 1: a job crashed (a bug: its traceback is in its summary.json and was printed);
-- 2: otherwise, a job did not complete: invalid, failed, interrupted on its own, or its process died.
+- 2: otherwise, a job did not finish: failed (the environment), interrupted on its own, or its process died.
 
-Every ending but 0 prints the sweep-resume command, which skips what completed and finishes the rest.
+Every ending with a job left to run prints the sweep-resume command, which skips what finished and runs
+the rest.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ EXIT_INCOMPLETE = 2
 
 NOT_STARTED, SKIPPED, KILLED = "not started", "skipped", "killed"
 DONE = ("completed", "diverged")
+RECORDED = "invalid"  # a combination refused when the job started: recorded and skipped, the sweep finished
 
 
 @dataclass
@@ -44,7 +48,7 @@ class Outcome:
 
     @property
     def finished(self) -> bool:
-        return self.status in DONE or self.status == SKIPPED
+        return self.status in DONE or self.status in (SKIPPED, RECORDED)
 
 
 def run_dir_of(job: Job, ret: JobReturn | None) -> Path | None:
@@ -121,12 +125,18 @@ def report(
     counts = Counter(o.status for o in outcomes)
     tally = ", ".join(f"{n} {status}" for status, n in counts.items())
     if code == 0:
-        say(f"[sweep] all {len(outcomes)} jobs done ({tally}) in {sweep_dir}")
+        invalid = [o for o in outcomes if o.status == RECORDED]
+        if not invalid:
+            say(f"[sweep] all {len(outcomes)} jobs done ({tally}) in {sweep_dir}")
+            return code
+        say(f"[sweep] finished: {tally} — {sweep_dir}")
+        for o in invalid:  # refused by design or by mistake: the reason says which
+            say(f"  #{o.job.num} {o.job.label} — {o.detail}")
         return code
     head = f"stopped by {signal_name(stopped_by)}" if stopped_by is not None else "not finished"
     say(f"[sweep] {head}: {tally} — {sweep_dir}")
     for o in outcomes:
         say(f"  #{o.job.num} {o.job.label} — {o.detail}")
-    if any(not o.finished and o.status != "invalid" for o in outcomes):  # an invalid job needs a new value
+    if any(not o.finished for o in outcomes):
         say(f"continue the sweep with: {continue_command}")
     return code

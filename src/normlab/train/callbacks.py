@@ -10,7 +10,8 @@
   call goes on), with the `LoopResult` that `fit` returns.
 
 The sinks (metrics/sinks.JsonlSink, metrics/wandb_sink.WandbSink) implement the four methods themselves;
-the classes here subclass the protocol, which gives every method a do-nothing default.
+the classes here and in train/progress.py (the progress lines and bar) subclass the protocol, which gives
+every method a do-nothing default.
 """
 
 from __future__ import annotations
@@ -20,12 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tqdm.auto import tqdm
-
-from normlab.metrics import names
 from normlab.train import checkpoint
 
-__all__ = ["Callback", "Checkpoints", "LoopResult", "ProgressBar"]
+__all__ = ["Callback", "Checkpoints", "LoopResult"]
 
 
 @dataclass
@@ -55,26 +53,6 @@ class Callback(Protocol):
 
     def on_end(self, result: LoopResult) -> None:
         return None
-
-
-class ProgressBar(Callback):
-    """A tqdm bar over the steps, with the last loss and tokens/s; `enabled` False draws nothing."""
-
-    def __init__(self, max_steps: int, start: int, desc: str, enabled: bool) -> None:
-        self.max_steps = max_steps
-        self.bar = tqdm(
-            total=max_steps, initial=start, disable=not enabled, desc=desc, unit="step", dynamic_ncols=True
-        )
-
-    def on_step(self, row: dict[str, Any]) -> None:
-        self.bar.n = min(row[names.STEP] + 1, self.max_steps)
-        self.bar.set_postfix(
-            loss=f"{row[names.LOSS]:.3f}", tok_s=f"{row[names.TOKENS_PER_S]:.0f}", refresh=False
-        )
-        self.bar.refresh()
-
-    def on_end(self, result: LoopResult) -> None:
-        self.bar.close()
 
 
 class Checkpoints(Callback):

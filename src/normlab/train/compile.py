@@ -21,12 +21,22 @@ def cpp_compiler() -> str | None:
         return None
 
 
-def compile_module(fn: Callable, device: torch.device) -> Callable:
-    """torch.compile(fn); on a CPU without a C++ compiler, fn itself, after one warning sentence."""
+# train.compile_mode → torch.compile's arguments; Inductor options passed this way apply to this compile
+# only, not to the process
+MODES: dict[str, dict] = {
+    "default": {},
+    "tuned": {"options": {"coordinate_descent_tuning": True}},
+    "max-autotune": {"mode": "max-autotune-no-cudagraphs"},
+}
+
+
+def compile_module(fn: Callable, device: torch.device, mode: str = "default") -> Callable:
+    """torch.compile(fn) as `mode` (train.compile_mode) says; on a CPU without a C++ compiler, fn itself,
+    after one warning sentence."""
     if device.type == "cpu" and cpp_compiler() is None:
         log.warning(
             "train.compile=true needs a C++ compiler for torch.compile on the CPU and none was found "
             "(g++, or the one $CXX names), so this run trains uncompiled; install g++ to compile."
         )
         return fn
-    return torch.compile(fn)
+    return torch.compile(fn, **MODES[mode])

@@ -80,6 +80,7 @@ class Trainer:
             fused=fused_pays(device, self.amp_dtype),
             compiled=train.compile,
             device=device,
+            compile_mode=train.compile_mode,
         )
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         self.data_rng = torch.Generator().manual_seed(seed)

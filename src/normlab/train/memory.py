@@ -150,29 +150,45 @@ def refusal(
         if available is None or needed <= available:
             continue
         detail = ", ".join(f"{labels[k]} {size(v)}" for k, v in parts.items() if v)
-        model, train = cfg["model"], cfg["train"]
-        if parts.get("model", 0) * 2 >= needed and embedding_share(model) >= 0.5:
-            # the token embedding (and an untied head) hold most parameters: the vocabulary is the size
-            key = (
-                "data.vocab_size"
-                if model["vocab_size"] == cfg.get("data", {}).get("vocab_size")
-                else "model.vocab_size"
-            )
-            fix = f"lower {key} (the embedding is vocab_size × model.d_model) or model.d_model"
-            subject = f"{key}={model['vocab_size']} (with model.d_model={model['d_model']})"
-        elif parts.get("model", 0) * 2 >= needed:
-            key, fix = "model.d_model", "lower model.d_model or depth"
-            subject = f"model.d_model={model['d_model']} (with depth={model['n_layers']})"
-        else:
-            key = "train.batch_size"
-            fix = "lower train.batch_size (raise train.grad_accum to keep the global batch) or train.seq_len"
-            subject = f"train.batch_size={train['batch_size']} (with train.seq_len={train['seq_len']})"
+        key, subject, fix = culprit(cfg, parts.get("model", 0), needed, available)
         return InvalidConfig(
             f"{subject} needs at least {size(needed)} of memory ({detail}) but {where} has "
             f"{size(available)} available; {fix}.",
             key,
         )
     return None
+
+
+def culprit(cfg: Mapping[str, Any], model_state: int, needed: int, available: int) -> tuple[str, str, str]:
+    """(key, subject, fix) of a refusal: the setting whose lowering can make the run fit. The model when its
+    state alone does not fit, or is most of what is needed — then depth or d_model, whichever is further
+    above the small preset (ModelConfig's defaults: 6 blocks of 128) relative to how the state grows with it
+    (linearly in depth, with d² in width); else the activations: the batch, or the context when
+    train.seq_len follows model.context_length."""
+    model, train = cfg["model"], cfg["train"]
+    if model_state > available or model_state * 2 >= needed:
+        depth, d = int(model["n_layers"]), int(model["d_model"])
+        if embedding_share(model) >= 0.5:  # the token embedding (and an untied head) hold most of it
+            data_vocab = cfg.get("data", {}).get("vocab_size")
+            key = "data.vocab_size" if model["vocab_size"] == data_vocab else "model.vocab_size"
+            subject = f"{key}={model['vocab_size']} (with model.d_model={d})"
+            return key, subject, f"lower {key} (the embedding is vocab_size × model.d_model) or model.d_model"
+        if depth / 6 > (d / 128) ** 2:
+            subject = f"depth={depth} (with model.d_model={d})"
+            return "depth", subject, "lower depth or model.d_model"
+        subject = f"model.d_model={d} (with depth={depth})"
+        return "model.d_model", subject, "lower model.d_model or depth"
+    batch, seq_len = train["batch_size"], train["seq_len"]
+    if int(seq_len) == int(model["context_length"]) and int(seq_len) > 4096:
+        subject = (
+            f"model.context_length={model['context_length']} (= train.seq_len, with train.batch_size={batch})"
+        )
+        fix = (
+            "lower model.context_length and train.seq_len (which follows it by default), or train.batch_size"
+        )
+        return "model.context_length", subject, fix
+    fix = "lower train.batch_size (raise train.grad_accum to keep the global batch) or train.seq_len"
+    return "train.batch_size", f"train.batch_size={batch} (with train.seq_len={seq_len})", fix
 
 
 def check_fits(cfg: Mapping[str, Any], device: torch.device, world_size: int = 1) -> None:

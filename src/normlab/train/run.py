@@ -48,13 +48,14 @@ from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
-from normlab.train import checkpoint, flops, memory, outcome, step_time
+from normlab.train import checkpoint, diagnosis, flops, memory, outcome, step_time
 from normlab.train import resume as resumes
 from normlab.train.build import describe, device_label, pick_device, run_corpus
-from normlab.train.callbacks import Callback, Checkpoints, LoopResult, ProgressBar
+from normlab.train.callbacks import Callback, Checkpoints, LoopResult
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import Trainer
 from normlab.train.outcome import Ending
+from normlab.train.progress import ProgressBar, ProgressLog
 from normlab.train.resume import Decision, LeftAsItWas, ResumeRefused
 from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory, describe_steps
 from normlab.train.sample import generate
@@ -92,13 +93,16 @@ class Run:
         resume_command: ResumeCommand = default_resume_command,
         dist: Dist = SINGLE,
         step_time: bool = False,
+        side_by_side: bool = False,
         keep_signals: bool = False,
     ) -> None:
         self.dist = dist
         # a single run's command: signals after the final summary stay ignored until the command ends
         self.keep_signals = keep_signals
-        # say first how long a step will take (a run typed at a CPU's command line, not a sweep's job)
+        # say how long a step takes, measured on the first steps (a run typed at the command line)
         self.step_time = step_time
+        # one of several jobs a parallel sweep runs at once: no bar, progress lines in train.log only
+        self.side_by_side = side_by_side
         self.cfg_node = cfg
         self.cfg: dict[str, Any] = {}
         self.train: TrainConfig  # the train group, typed: set with self.cfg once the config is checked
@@ -193,6 +197,7 @@ class Run:
         self.cfg = checked(self.cfg_node)
         self.train = TrainConfig.of(self.cfg["train"])
         self._echo_config()
+        self._preflight()
         # a resume of the run in this directory that is refused leaves it as it was
         self.previous = resumes.previous_summary(self.run_dir, self.train.resume)
         try:
@@ -233,6 +238,14 @@ class Run:
                 change.was,
                 change.now,
             )
+
+    def _preflight(self) -> None:
+        """Say, before anything is built, which known failure this setup matches (normlab.train.diagnosis):
+        one warning line each, kept in summary.json's `preflight`."""
+        notes = [n.sentence for n in diagnosis.preflight(self.cfg)]
+        for sentence in notes:
+            log.warning("pre-flight: %s", sentence)
+        self.summary.update(preflight=notes)
 
     def _echo_config(self) -> None:
         """Copy the config's identity (norm, placement, depth, ...) into the summary, as far as it resolves."""
@@ -275,11 +288,7 @@ class Run:
         if device.type == "cuda":  # TF32 tensor cores for float32 matmuls (train.peak_flops counts them)
             torch.set_float32_matmul_precision("high")
         self.summary.update(device=device_label(device))
-        model = instantiate(cfg["model"]).to(device)  # before the data: a CPU user hears the step time first
-        # one process only: under torchrun a forward on one rank would leave norm.sync's all-reduce unmatched
-        if self.step_time and device.type == "cpu" and self.dist.world_size == 1:
-            for line in step_time.cpu_lines(model, cfg):
-                log.info(line)
+        model = instantiate(cfg["model"]).to(device)
         corpus = run_corpus(cfg, self._progress_enabled())
         if self.ckpt is not None:  # the corpus it was trained on, by its files' hashes
             try:
@@ -307,7 +316,10 @@ class Run:
             checkpoint.load_model_state(model, self.ckpt)
         if cfg["logger"]["name"] == "wandb" and self.dist.is_main:
             # only now: a run that fails before training opens no W&B run
-            self.wandb = WandbSink.open(cfg, self.run_dir, self.group or str(cfg["experiment_name"]))
+            # a resume continues the W&B run whose id the directory keeps; a restart from step 0 starts anew
+            self.wandb = WandbSink.open(
+                cfg, self.run_dir, self.group or str(cfg["experiment_name"]), fresh=self.ckpt is None
+            )
         trainer = Trainer.from_config(
             cfg,
             model,
@@ -367,7 +379,7 @@ class Run:
             callbacks = [
                 sink,
                 *([self.wandb] if self.wandb is not None else []),
-                ProgressBar(self.train.max_steps, trainer.step, self.cfg["name"], self._progress_enabled()),
+                *self._progress(trainer),
                 self._checkpoints(trainer),
             ]
         result = trainer.fit(
@@ -391,6 +403,8 @@ class Run:
                 self.summary.baseline_unigram_loss,
                 "learned" if self.summary.learned else "did NOT learn (not clearly below the unigram loss)",
             )
+        if self.summary.diagnosis:
+            log.warning("likely cause: %s", self.summary.diagnosis)
         if trainer.monitor.spike_steps:
             log.info(
                 "%d steps with a loss or grad-norm spike; reports in %s/spikes",
@@ -403,8 +417,24 @@ class Run:
     def _progress_enabled(self) -> bool:
         setting = self.train.progress
         if setting == "auto":
-            return sys.stderr.isatty()
+            return sys.stderr.isatty() and not self.side_by_side
         return bool(setting)
+
+    def _progress(self, trainer: Trainer) -> list[Callback]:
+        """The bar (on a terminal) and the progress lines (normlab.train.progress): the lines reach the
+        console only where no bar is drawn and the run is not one of a parallel sweep's."""
+        bar = self._progress_enabled()
+        name, max_steps, per_step = self.cfg["name"], self.train.max_steps, trainer.tokens_per_step
+        lines = ProgressLog(
+            name,
+            max_steps,
+            self.train.log_every,
+            per_step,
+            console=not bar and not self.side_by_side,
+            hint=self.step_time and trainer.step < max_steps,
+            tiny_flops_ratio=step_time.tiny_flops_ratio(self.cfg) if trainer.device.type == "cpu" else None,
+        )
+        return [ProgressBar(max_steps, trainer.step, name, bar, per_step), lines]
 
     # ------------------------------------------------------------------------------------------------
     # finish: summary.json, the one place its final fields are put together
@@ -451,7 +481,7 @@ class Run:
             result.tokens_per_s,
             self.train.flush_every,
         )
-        return dict(
+        fields = dict(
             steps=result.steps,
             diverged_at=result.diverged_at,
             final_val_loss=result.val_losses.get(result.steps) if result.status == "completed" else None,
@@ -461,6 +491,14 @@ class Run:
             mfu=flops.mfu(numbers["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops),
             load_avg=outcome.load_average(),
         )
+        losses = outcome.finite_values(previous, names.LOSS) + list(result.train_losses)
+        known = {
+            "status": result.status,
+            "baseline_unigram_loss": self.summary.baseline_unigram_loss,
+            **fields,
+        }
+        note = diagnosis.cause(self.cfg, known, losses)
+        return {**fields, "diagnosis": note.sentence if note is not None else None}
 
     def _row_fields(self, ending: Ending) -> dict[str, Any]:
         """The steps, and the numbers of the rows before them, of a run an exception ended: a stop before or

@@ -80,6 +80,16 @@ class RunSummary:
     device: str | None = _field(
         doc="what trained the run: 'cpu (2 cores, 1 torch thread)' or the CUDA device's name"
     )
+    preflight: list[str] = _field(
+        [],
+        doc="the known failures the setup matched before training, one sentence each with the override that "
+        "avoids it (normlab.train.diagnosis.preflight): tied small embeddings under Post-LN, a warm-up as long "
+        "as the run, BatchNorm over a few sequences",
+    )
+    diagnosis: str | None = _field(
+        doc="for a run that diverged or did not learn: its most likely cause, from its own config, summary and "
+        "losses, with what to change (normlab.train.diagnosis.cause)"
+    )
     norm: str | None = _field(kind=ECHO, doc="norm type (config `norm`)")
     placement: str | None = _field(kind=ECHO, doc="norm placement (config `placement`)")
     depth: Any = _field(kind=ECHO, doc="number of blocks (config `depth`)")

@@ -1,0 +1,577 @@
+"""The sentence under each figure of a report, computed from the sweep's own runs.
+
+Each figure gets one reading: what it shows for these runs — which variant is highest and which lowest on
+the number the figure is about, by how much, and whether that difference is tested (the report's Welch
+interval at `narrative.LEVEL`, or "untested" without a noise estimate, as everywhere in the report). The
+number is one per run, so seeds are compared as seeds:
+
+| figure | the number per run |
+|---|---|
+| loss | final validation loss |
+| grad_norm | the largest global gradient norm, and the share of clipped steps |
+| grad_profile_init | block L−1's gradient norm over block 0's at step 0, read against Xiong et al. (2020, Fig. 3) |
+| grad_norm_layers | how far the median block's gradient norm falls below its step-0 value |
+| act_rms | residual-stream RMS after the last block over after the first, at the last measured step |
+| attn_max_logit | the largest attention logit of any block at the last measured step |
+| update_ratio | the largest update-to-weight ratio of one step |
+| model_update | DeepNet's model update at the last measured step |
+| layer_ablation | the largest loss rise from skipping one block |
+
+`missing` names the variants a figure leaves out and why (the model update is logged only where a block
+normalises the residual stream itself, for one). `spike_lines` says what the spike detector flagged in
+each variant, how large it was, and whether the loss carried it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from normlab.analysis import narrative
+from normlab.analysis.estimate import estimate
+from normlab.analysis.load import RunSet
+from normlab.analysis.stats import finite, layer_columns
+from normlab.metrics import names
+
+# Xiong et al. 2020, Thm. 1 and Fig. 3: at initialisation Post-LN's gradient norm grows with the layer
+# index (largest next to the output); Pre-LN's stays about the same in every layer.
+XIONG_EXPECTS = {"post": "rises", "pre": "level"}
+LEVEL_BAND = math.log(1.25)  # |log(top / bottom)| below this: "about level"
+
+PerRun = Callable[[pd.DataFrame, pd.Series], float]  # (the run's metric rows, its run row) → a number
+
+
+# ------------------------------------------------------------------------------------------ numbers
+
+
+def _rows(rs: RunSet, run: str, cols: Sequence[str]) -> pd.DataFrame:
+    m = rs.metrics
+    sub = m.loc[m["run"] == run, [names.STEP, *[c for c in cols if c in m.columns]]].copy()
+    for c in sub.columns[1:]:
+        sub[c] = finite(sub[c])
+    return sub.sort_values(names.STEP)
+
+
+def per_variant(rs: RunSet, cols: Sequence[str], fn: PerRun) -> dict[str, list[float]]:
+    """{variant: [fn(run) for each of its runs that has a finite value]}, in display order."""
+    out: dict[str, list[float]] = {}
+    valid = rs.valid
+    for variant in rs.variants:
+        values = []
+        for run, row in valid[valid["variant"] == variant].iterrows():
+            sub = _rows(rs, str(run), cols)
+            v = fn(sub, row) if not sub.empty else math.nan
+            if v is not None and math.isfinite(v):
+                values.append(float(v))
+        if values:
+            out[variant] = values
+    return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values))
+
+
+def contrast(values: dict[str, list[float]], *, log: bool = False) -> tuple[str, str, str]:
+    """(highest variant, lowest variant, 'difference (test)') of the variants' mean values; on `log` the
+    difference is of log values (a ratio), as for quantities that vary by factors."""
+    ranked = sorted(values, key=lambda v: _mean(values[v]))
+    lo, hi = ranked[0], ranked[-1]
+
+    def vv(v: str) -> narrative.VariantValues:
+        xs = values[v]
+        xs = [math.log(x) for x in xs if x > 0] if log else xs
+        return narrative.VariantValues(v, tuple(xs), len(xs), 0, 0, 0)
+
+    c = narrative.compare(vv(hi), vv(lo))
+    r = narrative.reading(c)
+    if log:
+        ratio = math.exp(c.est.value)
+        what = f"{ratio:.3g}×"
+        if r in (narrative.WORSE, narrative.BETTER):
+            a, b = c.interval
+            test = f"tested: 95 % CI {math.exp(a):.3g}× to {math.exp(b):.3g}×, n = {c.n_a} vs {c.n_b}"
+        elif r == narrative.UNCLEAR:
+            a, b = c.interval
+            test = f"within noise: 95 % CI {math.exp(a):.3g}× to {math.exp(b):.3g}×, n = {c.n_a} vs {c.n_b}"
+        elif r == narrative.IDENTICAL:
+            test = "the same values on both sides"
+        else:
+            test = narrative.untested_note(c)
+    else:
+        what = narrative.fmt_signed(c.est.value)
+        if r in (narrative.WORSE, narrative.BETTER):
+            test = f"tested: {narrative.fmt_interval(c)}"
+        elif r == narrative.UNCLEAR:
+            test = f"within noise: {narrative.fmt_interval(c)}"
+        elif r == narrative.IDENTICAL:
+            test = "the same values on both sides"
+        else:
+            test = narrative.untested_note(c)
+    return hi, lo, f"{what} ({test})"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}" if 1 <= abs(x) < 100 else f"{x:.3g}"
+
+
+def _extremes(values: dict[str, list[float]], what: str, fmt: Callable[[float], str], log: bool) -> str:
+    """'{what} is highest in `a` (x) and lowest in `b` (y): a/b = 3.2× (tested: …)'."""
+    if len(values) < 2:
+        ((v, xs),) = values.items()
+        return f"{what} is {fmt(_mean(xs))} in `{v}` (the only variant with it)"
+    hi, lo, diff = contrast(values, log=log)
+    sep = "/" if log else "−"
+    return (
+        f"{what} is highest in `{hi}` ({fmt(_mean(values[hi]))}) and lowest in `{lo}` "
+        f"({fmt(_mean(values[lo]))}): `{hi}` {sep} `{lo}` = {diff}"
+    )
+
+
+# ------------------------------------------------------------------------------------------ per figure
+
+
+def _loss(rs: RunSet) -> str | None:
+    vals = {k: list(v.values) for k, v in narrative.variant_values(rs).items() if v.values}
+    if not vals:
+        return None
+    text = _extremes(vals, "The final validation loss (nats/token)", lambda x: f"{x:.3f}", log=False)
+    failed = [v for v, vv in narrative.variant_values(rs).items() if vv.did_not_learn]
+    if failed:
+        text += f"; {', '.join(f'`{v}`' for v in failed)} did not learn (see Read this first)"
+    return text + "."
+
+
+def _peak(sub: pd.DataFrame, _: pd.Series) -> float:
+    return float(sub[names.GRAD_NORM].max()) if names.GRAD_NORM in sub else math.nan
+
+
+def _clipped_share(sub: pd.DataFrame, _: pd.Series) -> float:
+    return float(sub[names.CLIPPED].mean()) if names.CLIPPED in sub else math.nan
+
+
+def _grad_norm(rs: RunSet) -> str | None:
+    peaks = per_variant(rs, [names.GRAD_NORM], _peak)
+    if not peaks:
+        return None
+    text = _extremes(peaks, "The largest gradient norm of a run", _fmt, log=True)
+    clipped = per_variant(rs, [names.CLIPPED], _clipped_share)
+    if clipped:
+        shares = {v: _mean(x) for v, x in clipped.items()}
+        most = max(shares, key=lambda v: shares[v])
+        least = min(shares, key=lambda v: shares[v])
+        text += f"; gradient clipping scaled {shares[most]:.0%} of the steps in `{most}`" + (
+            f" and {shares[least]:.0%} in `{least}`" if least != most else ""
+        )
+    return text + "."
+
+
+def _profile_ratio(rs: RunSet) -> PerRun:
+    cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
+
+    def ratio(sub: pd.DataFrame, _: pd.Series) -> float:
+        at0 = sub[sub[names.STEP] == 0]
+        if at0.empty or len(cols) < 2:
+            return math.nan
+        first, last = at0[cols[min(cols)]].iloc[0], at0[cols[max(cols)]].iloc[0]
+        return float(last / first) if first > 0 and last > 0 else math.nan
+
+    return ratio
+
+
+def _shape(log_ratios: Sequence[float]) -> tuple[str, str]:
+    """(shape, how sure) of a profile from its runs' log(top / bottom): rises / falls / level when the
+    report's interval of their mean lies wholly beyond / within ±LEVEL_BAND, undecided when it straddles a
+    bound; one run (or no spread) reads the point value, marked untested."""
+    e = estimate(log_ratios)
+    lo, hi = e.ci(narrative.LEVEL)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        lo = hi = e.value
+        sure = f"n = {len(log_ratios)}, untested"
+    else:
+        sure = f"95 % CI {math.exp(lo):.3g}× to {math.exp(hi):.3g}×, n = {len(log_ratios)}"
+    if lo > LEVEL_BAND:
+        return "rises", sure
+    if hi < -LEVEL_BAND:
+        return "falls", sure
+    if lo >= -LEVEL_BAND and hi <= LEVEL_BAND:
+        return "level", sure
+    return "undecided", sure
+
+
+SHAPE_TEXT = {
+    "rises": "rises towards the output",
+    "falls": "falls towards the output",
+    "level": "is about level",
+    "undecided": "is not clearly rising, level or falling",
+}
+
+
+def _grad_profile_init(rs: RunSet) -> str | None:
+    cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
+    ratios = per_variant(rs, list(cols.values()), _profile_ratio(rs))
+    if not ratios:
+        return None
+    top = max(cols)
+    placement = rs.valid.groupby("variant")["placement"].first()
+    parts, against = [], []
+    for variant, xs in ratios.items():
+        logs = [math.log(x) for x in xs]
+        shape, sure = _shape(logs)
+        ratio = math.exp(float(np.mean(logs)))
+        expected = XIONG_EXPECTS.get(str(placement.get(variant)))
+        verdict = ""
+        if expected is not None and shape != "undecided":
+            verdict = "; as predicted" if shape == expected else "; against the prediction"
+            if shape != expected:
+                against.append(variant)
+        parts.append(
+            f"`{variant}` {SHAPE_TEXT[shape]} (block {top} / block 0 = {ratio:.3g}×, {sure}{verdict})"
+        )
+    text = (
+        "At initialisation Xiong et al. (2020, Fig. 3) predict Post-LN's per-block gradient to grow towards "
+        f"the output and Pre-LN's to stay about level (here: within ×{math.exp(LEVEL_BAND):.3g} from block 0 "
+        "to the last); " + "; ".join(parts)
+    )
+    small_embed = _small_embeddings(rs, against)
+    if small_embed:
+        text += (
+            f". Where Post-LN's is largest at block 0 ({', '.join(f'`{v}`' for v in small_embed)}), its first "
+            "norm divides the block's output by the scale of N(0, 0.02) embeddings (model.init=gpt2, "
+            "embed_scale 1), which multiplies block 0's gradient; the paper's unit-scale inputs are "
+            "model.init=xavier model.embed_scale=sqrt_d (finding 1 runs them)"
+        )
+    return text + "."
+
+
+def _small_embeddings(rs: RunSet, variants: Sequence[str]) -> list[str]:
+    """The Post-LN variants among `variants` whose gradient at step 0 is largest in block 0 and whose
+    embeddings are GPT-2's N(0, 0.02) unscaled."""
+    cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
+    out = []
+    for variant in variants:
+        runs = rs.valid[rs.valid["variant"] == variant]
+        row = runs.iloc[0]
+        if row.get("placement") != "post" or row.get("model.init", "gpt2") != "gpt2":
+            continue
+        if str(row.get("model.embed_scale", 1.0)) not in ("1", "1.0"):
+            continue
+        at0 = rs.metrics[(rs.metrics["run"].isin(runs.index)) & (rs.metrics[names.STEP] == 0)]
+        if at0.empty:
+            continue
+        means = at0[list(cols.values())].apply(finite).mean()
+        if int(np.argmax(means.to_numpy())) == 0:
+            out.append(variant)
+    return out
+
+
+def _dip(rs: RunSet) -> PerRun:
+    cols = list(layer_columns(rs.metrics.columns, names.grad_norm_layer).values())
+
+    def dip(sub: pd.DataFrame, _: pd.Series) -> float:
+        med = sub.set_index(names.STEP)[cols].median(axis=1).dropna()
+        if 0 not in med.index or med[0] <= 0 or len(med) < 3:
+            return math.nan
+        later = med[med.index > 0]
+        return float(later.min() / med[0]) if len(later) else math.nan
+
+    return dip
+
+
+def _grad_norm_layers(rs: RunSet) -> str | None:
+    cols = list(layer_columns(rs.metrics.columns, names.grad_norm_layer).values())
+    dips = per_variant(rs, cols, _dip(rs))
+    if not dips:
+        return None
+    return (
+        _extremes(
+            dips,
+            "The median block's gradient norm at its lowest, as a fraction of its step-0 value,",
+            lambda x: f"{x:.2g}",
+            log=True,
+        )
+        + " — a low value is a stretch of training where the blocks get almost no gradient."
+    )
+
+
+def _at_last_measured(cols: Sequence[str], reduce: Callable[[pd.Series], float]) -> PerRun:
+    def value(sub: pd.DataFrame, _: pd.Series) -> float:
+        have = sub.dropna(subset=list(cols), how="all")
+        if have.empty:
+            return math.nan
+        return reduce(have.iloc[-1][list(cols)])
+
+    return value
+
+
+def _act_rms(rs: RunSet) -> str | None:
+    cols = layer_columns(rs.metrics.columns, names.act_rms_layer)
+    if len(cols) < 2:
+        return None
+    first, last = cols[min(cols)], cols[max(cols)]
+    growth = per_variant(
+        rs,
+        list(cols.values()),
+        _at_last_measured([first, last], lambda r: float(r[last] / r[first]) if r[first] > 0 else math.nan),
+    )
+    if not growth:
+        return None
+    return (
+        _extremes(
+            growth,
+            f"At the last measured step the residual stream's RMS after block {max(cols)} over after block 0",
+            lambda x: f"{x:.3g}×",
+            log=True,
+        )
+        + " (1× is no growth with depth; a stream normalised after every block, Post-LN's, stays near 1)."
+    )
+
+
+def _attn(rs: RunSet) -> str | None:
+    cols = list(layer_columns(rs.metrics.columns, names.attn_max_logit_layer).values())
+    top = per_variant(rs, cols, _at_last_measured(cols, lambda r: float(r.max())))
+    if not top:
+        return None
+    return (
+        _extremes(top, "The largest attention logit of any block at the last measured step", _fmt, log=True)
+        + "."
+    )
+
+
+def _update_ratio(rs: RunSet) -> str | None:
+    cols = list(layer_columns(rs.metrics.columns, names.update_ratio_layer).values())
+
+    def peak(sub: pd.DataFrame, _: pd.Series) -> float:
+        have = [c for c in cols if c in sub]
+        return float(sub[have].max().max()) if have else math.nan
+
+    peaks = per_variant(rs, cols, peak)
+    if not peaks:
+        return None
+    return (
+        _extremes(
+            peaks,
+            "The largest update of one block in one step, relative to its weights,",
+            lambda x: f"{x:.2%}",
+            log=True,
+        )
+        + "."
+    )
+
+
+def _model_update(rs: RunSet) -> str | None:
+    end = per_variant(
+        rs, [names.MODEL_UPDATE], _at_last_measured([names.MODEL_UPDATE], lambda r: float(r.iloc[0]))
+    )
+    if not end:
+        return None
+    return _extremes(end, "DeepNet's model update at the last measured step", _fmt, log=True) + "."
+
+
+def _layer_ablation(rs: RunSet) -> str | None:
+    cols = list(layer_columns(rs.metrics.columns, names.layer_ablation).values())
+    if not cols or names.VAL_LOSS not in rs.metrics:
+        return None
+
+    def rise(sub: pd.DataFrame, _: pd.Series) -> float:
+        have = sub.dropna(subset=[*cols, names.VAL_LOSS], how="any")
+        if have.empty:
+            return math.nan
+        r = have.iloc[-1]
+        return float(max(r[c] for c in cols) - r[names.VAL_LOSS])
+
+    rises = per_variant(rs, [*cols, names.VAL_LOSS], rise)
+    if not rises:
+        return None
+    return (
+        _extremes(
+            rises, "The largest loss rise from skipping one block (nats)", lambda x: f"{x:.3f}", log=False
+        )
+        + "."
+    )
+
+
+def _grid(rs: RunSet) -> str | None:
+    vals = {k: v for k, v in narrative.variant_values(rs).items() if v.values}
+    if len(vals) < 2:
+        return None
+    lo = min(vals.values(), key=lambda v: v.mean)
+    hi = max(vals.values(), key=lambda v: v.mean)
+    return (
+        f"The loss figure's comparison in one picture: cells from {lo.mean:.3f} (`{lo.variant}`, n = "
+        f"{len(lo.values)}) to {hi.mean:.3f} (`{hi.variant}`, n = {len(hi.values)}); the differences are tested "
+        "under Effects."
+    )
+
+
+CAPTIONS: dict[str, Callable[[RunSet], str | None]] = {
+    "loss": _loss,
+    "grad_norm": _grad_norm,
+    "grad_profile_init": _grad_profile_init,
+    "grad_norm_layers": _grad_norm_layers,
+    "act_rms": _act_rms,
+    "attn_max_logit": _attn,
+    "update_ratio": _update_ratio,
+    "model_update": _model_update,
+    "layer_ablation": _layer_ablation,
+    "grid": _grid,
+}
+
+
+def caption(key: str, rs: RunSet) -> str | None:
+    """The sentence under figure `key` (a FIGURES key, or "grid"), None where it has nothing to say."""
+    fn = CAPTIONS.get(key)
+    if fn is None:
+        return None
+    try:
+        return fn(rs)
+    except (KeyError, ValueError, IndexError):  # a figure drawn from data too sparse for its number
+        return None
+
+
+# ------------------------------------------------------------------------------------------ missing variants
+
+# what each figure draws (a metric, or the prefix of a per-layer family), and why a run may not have it
+FAMILIES = {
+    "loss": (names.LOSS, "no training loss in metrics.jsonl"),
+    "grad_norm": (names.GRAD_NORM, "no gradient norm in metrics.jsonl"),
+    "grad_profile_init": ("grad_norm/layer_", "no step-0 row with per-block gradient norms"),
+    "grad_norm_layers": ("grad_norm/layer_", "no per-block gradient norms (metrics.enabled=false)"),
+    "act_rms": ("act_rms/layer_", "no instrumented step (metrics.enabled=false, or it stopped first)"),
+    "attn_max_logit": (
+        "attn_max_logit/layer_",
+        "no instrumented step (metrics.enabled=false, or it stopped first)",
+    ),
+    "update_ratio": (
+        "update_ratio/layer_",
+        "no instrumented update (metrics.enabled=false, or it stopped first)",
+    ),
+    "model_update": (
+        names.MODEL_UPDATE,
+        "the model update is logged only where a block normalises the residual stream itself — post, "
+        "deepnorm, mixln, resi_dual (metrics.model_update=auto; metrics.model_update=true logs it for any run)",
+    ),
+    "layer_ablation": ("layer_ablation/layer_", "metrics.layer_ablation is off for them"),
+}
+
+
+def missing(key: str, rs: RunSet) -> str | None:
+    """'Not drawn: `ln, pre`, `rms, pre` — the model update is logged only …' for the variants that trained
+    but have none of the figure's data, None when every variant is drawn."""
+    if key not in FAMILIES:
+        return None
+    family, why = FAMILIES[key]
+    cols = [
+        c for c in rs.metrics.columns if c == family or (family.endswith("_") and str(c).startswith(family))
+    ]
+    if key == "grad_profile_init":
+        cols = list(layer_columns(rs.metrics.columns, names.grad_norm_layer).values())
+    have: set[str] = set()
+    if cols:
+        m = rs.metrics
+        if key == "grad_profile_init":
+            m = m[m[names.STEP] == 0]
+        rows = m[cols].apply(finite).notna().any(axis=1)
+        runs = set(m.loc[rows, "run"])
+        have = {str(rs.runs.loc[r, "variant"]) for r in runs if r in rs.runs.index}
+    trained = [v for v in rs.variants if (rs.valid["variant"] == v).any()]
+    absent = [v for v in trained if v not in have]
+    if not absent or len(absent) == len(trained):
+        return None
+    return f"Not drawn: {', '.join(f'`{v}`' for v in absent)} — {why}."
+
+
+# ------------------------------------------------------------------------------------------ spikes
+
+
+@dataclass(frozen=True)
+class SpikeEvent:
+    run: str
+    step: int
+    series: str  # loss | grad_norm
+    ratio: float  # the value over the median of the trend steps before it
+    loss_after: float  # training loss 10 steps later minus the median before (nats): did the loss carry it?
+
+
+TREND = 5
+AFTER = 10
+MATTERS_NATS = 0.1
+
+
+def spike_events(rs: RunSet) -> list[SpikeEvent]:
+    m = rs.metrics
+    events = []
+    for series, flag in names.SPIKE_SERIES.items():
+        if flag not in m or series not in m:
+            continue
+        for _, row in m[finite(m[flag]) == 1].iterrows():
+            run, step = str(row["run"]), int(row[names.STEP])
+            sub = m[m["run"] == run].set_index(names.STEP)
+            before = finite(sub.loc[(sub.index < step) & (sub.index >= step - TREND), series]).dropna()
+            ratio = float(row[series] / before.median()) if len(before) and before.median() > 0 else math.nan
+            loss_before = finite(
+                sub.loc[(sub.index < step) & (sub.index >= step - TREND), names.LOSS]
+            ).dropna()
+            later = finite(sub.loc[(sub.index > step) & (sub.index <= step + AFTER), names.LOSS]).dropna()
+            after = (
+                float(later.iloc[-1] - loss_before.median()) if len(later) and len(loss_before) else math.nan
+            )
+            events.append(SpikeEvent(run, step, series, ratio, after))
+    return sorted(events, key=lambda e: (e.run, e.step))
+
+
+def spike_lines(rs: RunSet) -> list[str]:
+    """Per variant with flagged spikes: what fired, when, how large, and whether the loss carried it."""
+    events = spike_events(rs)
+    if not events:
+        return []
+    variant_of = rs.runs["variant"]
+    warmup = rs.runs.get("warmup_steps")
+    lines = []
+    for variant in rs.variants:
+        mine = [e for e in events if variant_of.get(e.run) == variant]
+        if not mine:
+            continue
+        runs = sorted({e.run for e in mine})
+        n_runs = int((rs.valid["variant"] == variant).sum())
+        kinds = []
+        for series, label in ((names.LOSS, "loss"), (names.GRAD_NORM, "gradient-norm")):
+            of = [e for e in mine if e.series == series]
+            if of:
+                steps = ", ".join(str(e.step) for e in of[:6]) + (", …" if len(of) > 6 else "")
+                ratios = [e.ratio for e in of if math.isfinite(e.ratio)]
+                span = (
+                    f"{min(ratios):.2g}×"
+                    if min(ratios) == max(ratios)
+                    else f"{min(ratios):.2g}–{max(ratios):.2g}×"
+                )
+                size = f", {span} the median of the {TREND} steps before" if ratios else ""
+                kinds.append(f"{len(of)} {label} spike{'s' if len(of) != 1 else ''} (step {steps}{size})")
+        in_warmup = ""
+        if warmup is not None:
+            w = [float(warmup.get(e.run, 0) or 0) for e in mine]
+            share = sum(e.step < wi for e, wi in zip(mine, w, strict=True)) / len(mine)
+            in_warmup = f"; {share:.0%} during warm-up" if share else ""
+        carried = [e.loss_after for e in mine if math.isfinite(e.loss_after)]
+        if carried and max(carried) > MATTERS_NATS:
+            effect = (
+                f"the loss was still up to {max(carried):.2f} nats above its level before the spike {AFTER} steps "
+                "later: these jumps cost training"
+            )
+        elif carried:
+            effect = (
+                f"the loss {AFTER} steps later was back at or below its level before each spike (at most "
+                f"{max(carried):+.2f} nats): flagged jumps with no lasting effect"
+            )
+        else:
+            effect = "too close to the end to see the loss after them"
+        lines.append(
+            f"`{variant}` ({len(runs)} of {n_runs} run{'s' if n_runs != 1 else ''}): "
+            + " and ".join(kinds)
+            + f"{in_warmup} — {effect}."
+        )
+    return lines

@@ -1,0 +1,192 @@
+"""What a run says while it trains: a line every `train.log_every` steps, and a bar on a terminal.
+
+Both are training-loop callbacks (normlab.train.callbacks) fed by the rows as they reach the host (every
+train.flush_every steps): nothing here adds work or a device sync to the loop. Speeds come from the rows'
+own `tokens_per_s` — wall time measured over each flush window of real training steps — so the seconds
+per step, the ETA and the bar's rate are those of the steps this run just made:
+
+    [ln-post-L6-w100-s0] step 100/2000 (5%) · loss 3.412 · lr 3.00e-03 · grad norm 0.84 · 12,345 tok/s · 0.09 s/step · ETA 2.9 min
+
+`ProgressLog` writes that line to the run's log: train.log always, the console too unless a bar is drawn
+there or the run is one of several a sweep runs side by side (their sweep prints one line for all of them,
+normlab.sweeps.live). With `hint`, the first block of rows also says how long a step takes and the whole
+run will take — measured on the first real steps, replacing a timed benchmark before training — and, above
+SLOW_STEP_S on a model bigger than model=tiny, how many times fewer FLOPs the tiny preset needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from normlab.metrics import names
+from normlab.train.callbacks import Callback, LoopResult
+
+log = logging.getLogger("normlab")
+
+SLOW_STEP_S = 1.0  # above this, a CPU user is pointed at model=tiny
+SMOOTHING = 0.3  # weight of the newest flush window in the seconds-per-step average
+
+
+def fmt_step(seconds: float) -> str:
+    """'0.29 s', '12 ms' (a tiny model's step)."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 0.1 else f"{seconds:.2f} s"
+
+
+def fmt_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class StepClock:
+    """Seconds per optimizer step from the rows' tokens_per_s: the latest flush window, and a smoothed
+    average of the windows (what the ETA uses)."""
+
+    def __init__(self, tokens_per_step: int) -> None:
+        self.tokens_per_step = tokens_per_step
+        self.latest: float | None = None
+        self.average: float | None = None
+        self._window: float | None = None  # the tokens_per_s of the window being read
+
+    def observe(self, row: Mapping[str, Any]) -> None:
+        tps = row.get(names.TOKENS_PER_S)
+        if not isinstance(tps, int | float) or not tps > 0 or tps == self._window:
+            return  # rows of one flush window share its tokens_per_s: count each window once
+        self._window = float(tps)
+        self.latest = self.tokens_per_step / float(tps)
+        self.average = (
+            self.latest if self.average is None else SMOOTHING * self.latest + (1 - SMOOTHING) * self.average
+        )
+
+    def eta(self, steps_left: int) -> float:
+        return steps_left * self.average if self.average is not None else math.nan
+
+
+def progress_line(name: str, row: Mapping[str, Any], max_steps: int, clock: StepClock) -> str:
+    """'[name] step 100/2000 (5%) · loss 3.412 · lr 3.00e-03 · grad norm 0.84 · 12,345 tok/s · 0.09 s/step ·
+    ETA 2.9 min' for the row of step `row["step"]` (steps done: step + 1)."""
+    done = int(row[names.STEP]) + 1
+    parts = [f"[{name}] step {done}/{max_steps} ({done / max(max_steps, 1):.0%})"]
+    for key, label, fmt in (
+        (names.LOSS, "loss", "{:.3f}"),
+        (names.LR, "lr", "{:.2e}"),
+        (names.GRAD_NORM, "grad norm", "{:.3g}"),
+        (names.TOKENS_PER_S, "", "{:,.0f} tok/s"),
+    ):
+        v = row.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            parts.append(f"{label} {fmt.format(v)}".strip())
+    if clock.average is not None:
+        parts.append(f"{fmt_step(clock.average)}/step")
+        parts.append(f"ETA {fmt_duration(clock.eta(max_steps - done))}")
+    return " · ".join(parts)
+
+
+def file_only(record: logging.LogRecord) -> None:
+    """Hand a record to the root logger's file handlers only (train.log), not to the console."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+            handler.handle(record)
+
+
+class ProgressLog(Callback):
+    """One progress line every `every` steps and at the last step (module docstring). `console` False
+    keeps the lines in train.log; `hint` says the measured step time and the run's length after the first
+    rows; `tiny_flops_ratio` (this model's FLOPs per step over model=tiny's, None when it is tiny) adds the
+    tiny preset to a slow hint."""
+
+    def __init__(
+        self,
+        name: str,
+        max_steps: int,
+        every: int,
+        tokens_per_step: int,
+        *,
+        console: bool = True,
+        hint: bool = False,
+        tiny_flops_ratio: float | None = None,
+    ) -> None:
+        self.name, self.max_steps, self.every = name, max_steps, every
+        self.console, self.hint, self.tiny_flops_ratio = console, hint, tiny_flops_ratio
+        self.clock = StepClock(tokens_per_step)
+        self.first: int | None = None  # the first step this process trained (a resume starts later)
+
+    def emit(self, message: str, level: int = logging.INFO) -> None:
+        if self.console:
+            log.log(level, message)
+        else:
+            file_only(log.makeRecord(log.name, level, __file__, 0, message, None, None))
+
+    def on_step(self, row: dict[str, Any]) -> None:
+        self.clock.observe(row)
+        step = int(row[names.STEP])
+        if self.first is None:
+            self.first = step
+            if self.hint and self.clock.latest is not None:
+                for line in self.hint_lines(step):
+                    self.emit(line)
+        done = step + 1
+        if self.every and (done % self.every == 0 or done == self.max_steps):
+            self.emit(progress_line(self.name, row, self.max_steps, self.clock))
+
+    def hint_lines(self, first: int) -> list[str]:
+        """The step time measured on the first flush window of real steps, and what it means for the run."""
+        seconds = self.clock.latest or math.nan
+        left = self.max_steps - first
+        lines = [
+            f"step time measured on the first steps: {fmt_step(seconds)} a step, so the {left} steps to go "
+            f"take about {fmt_duration(seconds * left)} (the first steps are measured in full and run slower; "
+            "the progress lines refine it)"
+        ]
+        if seconds > SLOW_STEP_S and self.tiny_flops_ratio and self.tiny_flops_ratio > 1.5:
+            lines.append(
+                f"that is slow for a CPU: model=tiny (d_model 64, context 64) needs {self.tiny_flops_ratio:.0f}× "
+                "fewer FLOPs a step — add model=tiny, or use a GPU"
+            )
+        return lines
+
+    def on_end(self, result: LoopResult) -> None:
+        return None
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over the steps, its rate and ETA from the rows' real step times (not from when the rows
+    arrive, every train.flush_every steps), with the last loss; `enabled` False draws nothing."""
+
+    FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+    def __init__(self, max_steps: int, start: int, desc: str, enabled: bool, tokens_per_step: int) -> None:
+        self.max_steps = max_steps
+        self.clock = StepClock(tokens_per_step)
+        self.bar = tqdm(
+            total=max_steps,
+            initial=start,
+            disable=not enabled,
+            desc=desc,
+            unit="step",
+            dynamic_ncols=True,
+            bar_format=self.FORMAT,
+        )
+
+    def on_step(self, row: dict[str, Any]) -> None:
+        self.clock.observe(row)
+        done = min(int(row[names.STEP]) + 1, self.max_steps)
+        self.bar.n = done
+        postfix = f"loss {row[names.LOSS]:.3f}"  # tqdm puts ", " before it
+        if self.clock.average is not None:
+            left = self.clock.eta(self.max_steps - done)
+            postfix += f", {fmt_step(self.clock.average)}/step, ETA {fmt_duration(left)}"
+        self.bar.set_postfix_str(postfix, refresh=False)
+        self.bar.refresh()
+
+    def on_end(self, result: LoopResult) -> None:
+        self.bar.close()

@@ -1,0 +1,88 @@
+"""Command-line mistakes answered with the fix (normlab.suggest); the sentences themselves are rows of
+docs/errors.md's table (tests/lifecycle/test_errors_table.py runs each through train.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from normlab.configs import CONFIG_DIR
+from normlab.suggest import CommandLineError, before_hydra, presets, sentence, unknown_key
+
+
+def test_experiment_is_taken_as_lightning_hydra_template_users_type_it():
+    assert before_hydra(["-m", "experiment=example", "seed=0,1"]) == ["-m", "+experiment=example", "seed=0,1"]
+    assert before_hydra(["+experiment=example"]) == ["+experiment=example"]
+    assert before_hydra(["experiment_name=x"]) == ["experiment_name=x"]
+
+
+def test_experiment_without_plus_composes_the_preset(repo_root):
+    out = subprocess.run(
+        [sys.executable, "train.py", "experiment=findings/xiong_warmup", "--cfg", "job"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "experiment_name: xiong_warmup" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["hydra/launcher=joblib", "norm=ln"],
+        ["hydra/launcher=submitit_local"],
+        ["train.resume=auto", "norm=ln"],
+    ],
+)
+def test_a_command_line_that_would_do_something_else_is_refused(argv):
+    with pytest.raises(CommandLineError):
+        before_hydra(argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-m", "hydra/launcher=joblib", "norm=ln,rms"],
+        ["train.resume=auto", "hydra.run.dir=outputs/runs/x"],
+        ["-m", "train.resume=auto", "norm=ln,rms"],  # a sweep's continue command
+        ["hydra/launcher=joblib", "--cfg", "job"],  # only shows the config
+    ],
+)
+def test_the_same_settings_where_they_mean_what_they_say(argv):
+    assert before_hydra(argv) == argv
+
+
+def test_every_preset_is_listed_shared_parts_left_out():
+    found = presets(CONFIG_DIR)
+    assert (
+        found[0] == "example"
+        and "findings/xiong_warmup" in found
+        and "findings/tied_embedding_collapse" in found
+    )
+    assert not any(p.rsplit("/", 1)[-1].startswith("_") for p in found)
+    assert len([p for p in found if p.startswith("findings/")]) == 13
+
+
+def test_unknown_keys_match_groups_and_top_level_knobs_first():
+    assert unknown_key("placment", "pre") == "placment is not a setting; did you mean placement=pre?"
+    assert unknown_key("dpeth", "12") == "dpeth is not a setting; did you mean depth=12?"
+    assert (
+        unknown_key("experiments", "example")
+        == "experiments is not a setting; did you mean +experiment=example?"
+    )
+    assert unknown_key("optim.l", "0.1") == "optim.l is not a setting; did you mean optim.lr=0.1?"
+    assert unknown_key("zzzzzz", "1").endswith("python train.py --help lists every setting.")
+
+
+def test_hydra_texts_are_answered():
+    text = "Could not override 'placment'.\nTo append to your config use +placment=pre"
+    assert sentence(text) == "placment is not a setting; did you mean placement=pre?"
+    ambiguous = (
+        "Ambiguous value for argument 'optim.betas=0.9,0.95'\n1. To use it as a list, use key=[value1,value2]"
+    )
+    assert "write optim.betas=[0.9,0.95]" in sentence(ambiguous)
+    assert sentence("something else") is None
