@@ -259,9 +259,12 @@ class WandbSink(RowSink):
         self.run, self.wandb, self._start = run, wandb, start
 
     @classmethod
-    def open(cls, cfg: Mapping[str, Any], run_dir: Path, group: str) -> WandbSink | None:
+    def open(
+        cls, cfg: Mapping[str, Any], run_dir: Path, group: str, concurrent: bool = False
+    ) -> WandbSink | None:
         """A sink that starts the W&B run (online, else offline) with the first metrics row, or None with
-        one line saying why W&B is off. The mode is decided now, so a bad `logger.mode` is reported first."""
+        one line saying why W&B is off. The mode is decided now, so a bad `logger.mode` is reported first.
+        `concurrent`: other W&B runs of this process stay open beside it (the members of a stack)."""
         lcfg = WandbConfig.of(cfg["logger"])
         try:
             import wandb
@@ -286,7 +289,7 @@ class WandbSink(RowSink):
             run = None
             for attempt in ("online", "offline") if mode == "online" else ("offline",):
                 try:
-                    run = cls._init(wandb, cfg, run_dir, group, attempt, job_type)
+                    run = cls._init(wandb, cfg, run_dir, group, attempt, job_type, concurrent)
                     break
                 except Exception as e:  # any W&B failure must leave training running
                     first_line = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
@@ -301,7 +304,13 @@ class WandbSink(RowSink):
 
     @staticmethod
     def _init(
-        wandb: Any, cfg: Mapping[str, Any], run_dir: Path, group: str, mode: str, job_type: str = "train"
+        wandb: Any,
+        cfg: Mapping[str, Any],
+        run_dir: Path,
+        group: str,
+        mode: str,
+        job_type: str = "train",
+        concurrent: bool = False,
     ) -> Any:
         lcfg = WandbConfig.of(cfg["logger"])
         settings = wandb.Settings(
@@ -311,7 +320,8 @@ class WandbSink(RowSink):
             x_disable_stats=not lcfg.system_stats,
             console="off",  # leave stdout/stderr (and the progress bar) alone
             silent=True,  # we print the one line that matters ourselves
-            reinit="finish_previous",  # jobs of a multirun in one process each get their own run
+            # jobs of a multirun in one process each get their own run; a stack's members run side by side
+            reinit="create_new" if concurrent else "finish_previous",
         )
         run = wandb.init(
             project=lcfg.project,

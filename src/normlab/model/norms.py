@@ -138,14 +138,21 @@ class _RMSNormCPU(torch.autograd.Function):
     for the −rstd·mean(g') that LayerNorm's mean-centering contributes, which is added back.
     """
 
-    @staticmethod
-    def forward(ctx, x, weight, eps):  # noqa: ANN001
-        rstd = torch.linalg.vector_norm(x, 2, -1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
-        ctx.save_for_backward(x, rstd, weight)
-        return torch.mul(x, rstd).mul_(weight)
+    generate_vmap_rule = True  # a stack of runs (normlab.train.stacked) runs it under torch.vmap
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: ANN001
+    def forward(x, weight, eps):  # noqa: ANN001, ANN205
+        rstd = torch.linalg.vector_norm(x, 2, -1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+        return torch.mul(x, rstd).mul_(weight), rstd
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # noqa: ANN001, ANN205
+        x, weight, _ = inputs
+        ctx.save_for_backward(x, output[1], weight)
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad, _):  # noqa: ANN001
         x, rstd, weight = ctx.saved_tensors
         want_x, want_w = ctx.needs_input_grad[:2]
         d = x.shape[-1]
@@ -175,7 +182,7 @@ class RMSNorm(nn.Module):
         x32 = x if x.dtype == dtype else x.to(dtype)
         w32 = self.weight if self.weight.dtype == dtype else self.weight.to(dtype)
         if (x.device.type == "cpu" and not torch.compiler.is_compiling()) or not hasattr(F, "rms_norm"):
-            y = _RMSNormCPU.apply(x32, w32, self.eps)
+            y = _RMSNormCPU.apply(x32, w32, self.eps)[0]
         else:
             y = F.rms_norm(x32, (x.shape[-1],), w32, self.eps)
         return y if y.dtype == x.dtype else y.to(x.dtype)
