@@ -4,6 +4,7 @@ against an uninterrupted sweep (normlab.sweeps.soak has the details).
 
     python scripts/soak_sweep.py                                  # N=8 jobs × 1200 steps, M=16 faults
     python scripts/soak_sweep.py --jobs 3 --faults 3 --steps 600  # a small one
+    python scripts/soak_sweep.py --launcher stacked               # the same faults to a stacked sweep
     python scripts/soak_sweep.py --workdir /tmp/soak --json soak.json
 
 Prints one line per fault and the result line, e.g. `faults survived: 16 of 16, steps lost: 0 (…)`; exits
@@ -38,6 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
     p.add_argument(
+        "--launcher",
+        choices=("joblib", "stacked"),
+        default="joblib",
+        help="hydra/launcher: the process pool, or stacked (--parallel stacks of the jobs as one model each)",
+    )
+    p.add_argument(
         "--workdir", type=Path, default=None, help="where the two sweeps go (default: a temporary folder)"
     )
     p.add_argument("--json", type=Path, default=None, help="also write the full result as JSON here")
@@ -56,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         ckpt_every=args.ckpt_every,
         delay_s=(0.5, args.max_delay),
         seed=args.seed,
+        launcher=args.launcher,
     )
     print(f"soak in {workdir} (sweep output: {workdir / 'soak.log'})", flush=True)
     result = soak(spec)

@@ -240,8 +240,11 @@ class CausalBatchNorm(nn.Module):
                 var = x32.var(0, unbiased=False)
             with torch.no_grad():
                 n = x.shape[0] * ranks
-                self.running_mean[:t].lerp_(mean, self.momentum)
-                self.running_var[:t].lerp_(var * (n / max(n - 1, 1)), self.momentum)
+                # lerp, then copy_: the same values as an in-place lerp_, which has no rule for torch.vmap
+                # (a stack of runs, normlab.train.stacked, updates its members' statistics under it)
+                mean_now, var_now = self.running_mean[:t], self.running_var[:t]
+                mean_now.copy_(torch.lerp(mean_now, mean, self.momentum))
+                var_now.copy_(torch.lerp(var_now, var * (n / max(n - 1, 1)), self.momentum))
             y = (x32 - mean) * torch.rsqrt(var + self.eps)
         else:
             y = (x.float() - self.running_mean[:t]) * torch.rsqrt(self.running_var[:t] + self.eps)

@@ -242,6 +242,7 @@ class SoakSpec:
     delay_s: tuple[float, float] = (0.5, 12.0)  # a fault comes this long after the sweep (re)started
     seed: int = 0
     timeout_s: float = 600.0  # for any one invocation of the sweep
+    launcher: str = "joblib"  # hydra/launcher=: joblib (the pool), or stacked (the jobs as one model)
     overrides: tuple[str, ...] = (
         "model=tiny",
         "logger=none",
@@ -267,7 +268,7 @@ class SoakSpec:
             f"train.max_steps={self.steps}",
             f"train.ckpt_every={self.ckpt_every}",
             f"seed={','.join(str(s) for s in range(self.jobs))}",
-            "hydra/launcher=joblib",
+            f"hydra/launcher={self.launcher}",
             f"hydra.launcher.n_jobs={self.parallel}",
             f"hydra.sweep.dir={sweep_dir}",
             *(["train.resume=auto"] if resume else []),
