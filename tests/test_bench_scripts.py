@@ -65,9 +65,8 @@ def test_loop_benchmark_against_the_in_repo_stand_in(repo_root, tmp_path):
     assert len(result["block_s"]["normlab"]) == len(result["block_s"]["stand-in"]) == 2
 
 
-def test_loop_benchmark_imports_a_nanogpt_checkout(repo_root, tmp_path):
-    """--nanogpt PATH imports GPT, GPTConfig and configure_optimizers from PATH/model.py and drives them
-    as nanoGPT's train.py does. Here PATH holds a minimal model with nanoGPT's interface."""
+def fake_nanogpt(tmp_path):
+    """A folder whose model.py has nanoGPT's interface (GPT, GPTConfig, configure_optimizers)."""
     checkout = tmp_path / "nanoGPT"
     checkout.mkdir()
     (checkout / "model.py").write_text(
@@ -106,12 +105,37 @@ def test_loop_benchmark_imports_a_nanogpt_checkout(repo_root, tmp_path):
             """
         )
     )
+    return checkout
+
+
+def test_loop_benchmark_imports_a_nanogpt_checkout(repo_root, tmp_path):
+    """--nanogpt PATH imports GPT, GPTConfig and configure_optimizers from PATH/model.py and drives them
+    as nanoGPT's train.py does. Here PATH holds a minimal model with nanoGPT's interface."""
+    checkout = fake_nanogpt(tmp_path)
     out = tmp_path / "loop.json"
     args = ["--blocks=2", "--block-steps=10", "--warmup-steps=1", f"--nanogpt={checkout}", f"--json={out}"]
     proc = run(repo_root, "scripts/bench_loop.py", *args, *TINY_SHAPE)
     assert "configure_optimizers called for cpu" in proc.stdout
     assert "speed ratio normlab / nanogpt" in proc.stdout
     assert json.loads(out.read_text())["nanogpt"] == str(checkout)
+
+
+def test_gpu_benchmark_runs_its_table_on_the_cpu(repo_root, tmp_path):
+    """The GPU benchmark's code path, on the CPU at a tiny shape: four sides, a table with the ratio to
+    nanoGPT, the steady-state overhead and the breakdown of an instrumented step."""
+    checkout = fake_nanogpt(tmp_path)
+    out = tmp_path / "gpu.json"
+    args = ["--device=cpu", "--shape=tiny", "--precision=fp32", "--no-compile", f"--nanogpt={checkout}"]
+    args += ["--warmup-rounds=2", "--rounds=2", "--breakdown", "--repeats=1", f"--json={out}"]
+    proc = run(repo_root, "scripts/bench_gpu.py", *args)
+    assert "| normlab instrumented (default metrics) |" in proc.stdout
+    assert "configure_optimizers called for cpu" in proc.stdout
+    result = json.loads(out.read_text())
+    assert set(result["sides"]) == {"nanogpt", "bare", "instrumented", "eager"}
+    assert result["sides"]["nanogpt"]["vs_nanogpt"] == 1.0
+    assert all(len(blocks) == 4 for blocks in result["block_s"].values())
+    assert {"probed forward + backward", "embedding effective rank"} <= set(result["breakdown_ms"])
+    assert "overhead" in result and "dense_start_s" in result
 
 
 def test_loop_benchmark_refuses_a_folder_without_model_py(repo_root, tmp_path):
@@ -162,3 +186,8 @@ def test_norm_op_benchmark_reports_both_norms_per_shape(repo_root, tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "BATCHxTOKENSxWIDTH" in bad.stderr
+
+
+def test_embedding_rank_benchmark_times_both_routes(repo_root):
+    proc = run(repo_root, "scripts/bench_embedding_rank.py", "--presets=tiny", "--repeats=2", "--threads=1")
+    assert "by the Gram route" in proc.stdout and "by the SVD" in proc.stdout and "of a step" in proc.stdout

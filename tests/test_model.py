@@ -320,8 +320,6 @@ def test_qk_norm_normalises_each_heads_queries_and_keys(qk_norm, ref):
 def test_qk_norm_bounds_attention_logits():
     # With unit gains, RMS-normalised q and k have norm √d_head, so |q·k|/√d_head ≤ √d_head (Cauchy–Schwarz)
     # however large the weights grow; without the norm the same weights give logits far above that.
-    from normlab.metrics.activations import ActivationCapture
-
     d_head = 8
     x = torch.randint(0, 50, (2, 16))
     logits = {}
@@ -330,9 +328,8 @@ def test_qk_norm_bounds_attention_logits():
         model = make(qk_norm=qk_norm, d_model=32)
         with torch.no_grad():
             model.blocks[0].attn.sublayer.qkv.weight.mul_(50.0)
-            with ActivationCapture(model) as cap:
-                model(x)
-        logits[qk_norm] = dict(zip(cap.keys, cap.values().tolist(), strict=True))["attn_max_logit/layer_0"]
+            _, taps = model.features(x, probe=True)
+        logits[qk_norm] = taps.attn_max_logit[0].item()
     assert logits["rms"] <= math.sqrt(d_head) + 1e-4
     assert logits["none"] > 10 * math.sqrt(d_head)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from normlab.metrics import names
-from normlab.metrics.activations import ActivationCapture
+from normlab.metrics.activations import activation_keys
 from normlab.metrics.histograms import Histogram
 from normlab.metrics.instruments import wants_model_update
 from normlab.train.head_loss import HeadLoss
@@ -41,20 +41,37 @@ def explicit_max_logit(attn_branch, h: torch.Tensor) -> float:
     return best
 
 
+class Recorder:
+    """Stands in for a StepProbe: keeps what the head and its loss hand over."""
+
+    def __init__(self) -> None:
+        self.values = None
+        self.asked = 0
+
+    def wants_forward(self) -> bool:
+        self.asked += 1
+        return self.asked == 1
+
+    def record_forward(self, values: torch.Tensor) -> None:
+        self.values = values
+
+
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("placement", ["pre", "post", "double"])
-def test_activation_capture_matches_an_explicit_forward(make_gpt, placement, fused):
-    """The blocks' hooks, and the head's measurements as the head and its loss hand them over (the fused
-    CPU path and the plain logits path alike), against a forward written out by hand."""
+def test_probed_forward_matches_an_explicit_forward(make_gpt, placement, fused):
+    """The probed forward's taps and the head's measurements, as one step of the head and its loss hands
+    them over (the fused CPU path and the plain logits path alike), against a forward written out by
+    hand; the step's loss is the plain step's."""
     model = make_gpt("ln", placement, n_layers=2)
     head = HeadLoss(model, z_loss=0.0, fused=fused, compiled=False, device=torch.device("cpu"))
     with torch.no_grad():
         x = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(3))
-        with ActivationCapture(model) as cap:
-            hidden = model.features(x)
-        _, _, stats = head.head(hidden, torch.zeros_like(x), stats=True)
-        cap.record_head(hidden, stats)
-        got = dict(zip(cap.keys, cap.values().tolist(), strict=True))
+        y = torch.zeros_like(x)
+        recorder = Recorder()
+        total, ce = head(x, y, recorder)
+        plain_total, plain_ce = head(x, y)
+        assert total.item() == plain_total.item() and ce.item() == plain_ce.item()
+        got = dict(zip(activation_keys(2), recorder.values.tolist(), strict=True))
         states = residual_stream(model, x)
         for i in range(2):
             rms = torch.sqrt(torch.mean(states[i + 1] ** 2)).item()
@@ -74,12 +91,15 @@ def test_activation_capture_matches_an_explicit_forward(make_gpt, placement, fus
         assert got[names.LOGIT_LOG_Z] == pytest.approx(log_z, rel=1e-5)
 
 
-def test_hooks_exist_only_inside_the_capture(make_gpt):
-    model = make_gpt()
-    attn = model.blocks[0].attn.sublayer
-    with ActivationCapture(model):
-        assert model.blocks[0]._forward_hooks and attn.k_norm._forward_hooks and attn.q_norm._forward_hooks
-        model(torch.zeros(1, 4, dtype=torch.long))
+def test_a_probed_forward_is_the_plain_forward(make_gpt):
+    """Measuring changes nothing the head reads (the taps are computed beside the stream, not from it),
+    and installs nothing on the model."""
+    model = make_gpt("rms", "double", n_layers=3)
+    x = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hidden, taps = model.features(x, probe=True)
+        assert torch.equal(hidden, model.features(x))
+    assert taps.stream_rms.shape == taps.attn_max_logit.shape == (3,)
     hooked = [m for m in model.modules() if m._forward_hooks or m._forward_pre_hooks]
     assert hooked == []
 
@@ -179,3 +199,32 @@ def test_gradient_histograms_cover_every_block_entry(make_gpt, make_trainer):
     assert sum(hist.counts) == sum(
         p.numel() for n, p in model.named_parameters() if n.startswith("blocks.1.")
     )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        torch.randn(10_000, generator=torch.Generator().manual_seed(0)),
+        torch.linspace(-1, 1, 1001),  # values exactly on bin edges
+        torch.full((50,), 0.25),  # a zero-width range
+        torch.tensor([1e-9, 2e-9, 3e-9, 1.0]),  # one far outlier
+    ],
+    ids=["gaussian", "on the edges", "constant", "outlier"],
+)
+def test_device_histograms_count_as_numpy_does(values):
+    import numpy as np
+
+    from normlab.metrics.histograms import histogram, to_host
+
+    counts, edges = np.histogram(values.numpy(), bins=16)
+    (got,) = to_host({"h": histogram(values, 16)}).values()
+    assert got.counts == counts.tolist()
+    assert got.edges == pytest.approx(edges.tolist(), rel=1e-6, abs=1e-12)
+
+
+def test_a_histogram_of_non_finite_gradients_is_dropped():
+    from normlab.metrics.histograms import histogram, to_host
+
+    values = torch.randn(100)
+    values[3] = float("nan")
+    assert to_host({"h": histogram(values, 8), "ok": histogram(torch.randn(10), 8)}).keys() == {"ok"}

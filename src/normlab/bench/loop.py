@@ -34,6 +34,7 @@ load average is printed before and after: on a shared machine quote it with the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -54,6 +55,8 @@ from omegaconf import OmegaConf
 from normlab.bench.clock import CLOCKS, add_clock_argument
 from normlab.bench.overhead import compose_cfg, make_trainer, run_steps
 from normlab.metrics.sinks import JsonlSink
+
+CPU = torch.device("cpu")
 
 SHAPE = [
     "model=small",
@@ -77,7 +80,9 @@ def load_nanogpt(path: Path) -> Any:
 
 
 class MinimalLoop:
-    """nanoGPT's train.py step on a CPU, for a model given as `loss(x, y) -> scalar` and its optimizer."""
+    """nanoGPT's train.py step, for a model given as `loss(x, y) -> scalar` and its optimizer: on a CPU, or
+    on a GPU as train.py runs there (batches through pinned memory, non-blocking; autocast at
+    `amp_dtype`; its GradScaler enabled for float16 only)."""
 
     def __init__(
         self,
@@ -86,13 +91,16 @@ class MinimalLoop:
         optimizer: torch.optim.Optimizer,
         tokens: np.ndarray,
         c: dict[str, Any],
+        device: torch.device = CPU,
+        amp_dtype: torch.dtype | None = None,
     ) -> None:
         self.loss, self.params, self.optimizer, self.tokens = loss, params, optimizer, tokens
+        self.device, self.amp_dtype = device, amp_dtype
         self.batch_size, self.block_size = c["train"]["batch_size"], c["train"]["seq_len"]
         self.grad_clip = c["train"]["grad_clip"]
         self.lr, self.min_lr = c["optim"]["lr"], c["optim"]["min_lr"]
         self.warmup, self.decay_steps = 100, 10_000
-        self.scaler = torch.amp.GradScaler("cpu", enabled=False)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
         self.iter = 0
         self.x, self.y = self.get_batch()
 
@@ -101,7 +109,16 @@ class MinimalLoop:
         ix = torch.randint(len(data) - n, (self.batch_size,))
         x = torch.stack([torch.from_numpy(data[i : i + n].astype(np.int64)) for i in ix])
         y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + n].astype(np.int64)) for i in ix])
+        if self.device.type == "cuda":
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(
+                self.device, non_blocking=True
+            )
         return x, y
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def lr_at(self, it: int) -> float:
         if it < self.warmup:
@@ -114,7 +131,8 @@ class MinimalLoop:
         for _ in range(steps):
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr_at(self.iter)
-            loss = self.loss(self.x, self.y)
+            with self.autocast():
+                loss = self.loss(self.x, self.y)
             self.x, self.y = self.get_batch()
             self.scaler.scale(loss).backward()
             if self.grad_clip:
@@ -128,7 +146,14 @@ class MinimalLoop:
         return time.perf_counter() - start
 
 
-def nanogpt_loop(module: Any, c: dict[str, Any], tokens: np.ndarray, compiled: bool) -> MinimalLoop:
+def nanogpt_loop(
+    module: Any,
+    c: dict[str, Any],
+    tokens: np.ndarray,
+    compiled: bool,
+    device: torch.device = CPU,
+    amp_dtype: torch.dtype | None = None,
+) -> MinimalLoop:
     m, o = c["model"], c["optim"]
     torch.manual_seed(c["seed"])
     config = module.GPTConfig(
@@ -140,13 +165,14 @@ def nanogpt_loop(module: Any, c: dict[str, Any], tokens: np.ndarray, compiled: b
         dropout=m["dropout"],
         bias=m["bias"],
     )
-    model = module.GPT(config)
-    optimizer = model.configure_optimizers(o["weight_decay"], o["lr"], tuple(o["betas"]), "cpu")
+    model = module.GPT(config).to(device)
+    # its configure_optimizers picks fused AdamW itself where it can (CUDA)
+    optimizer = model.configure_optimizers(o["weight_decay"], o["lr"], tuple(o["betas"]), device.type)
     params = list(model.parameters())
     model.train()
     if compiled:
         model = torch.compile(model)
-    return MinimalLoop(lambda x, y: model(x, y)[1], params, optimizer, tokens, c)
+    return MinimalLoop(lambda x, y: model(x, y)[1], params, optimizer, tokens, c, device, amp_dtype)
 
 
 def standin_loop(cfg: Any, c: dict[str, Any], tokens: np.ndarray, compiled: bool) -> MinimalLoop:

@@ -2,15 +2,15 @@
 `metrics.every` steps), in one place.
 
 The trainer asks `Instruments.begin(step)` for a `StepProbe` on those steps only, and the probe is called
-at five points of the step: before the forward (model update, parameter snapshot), around the first
-micro-batch's forward (activation hooks), at its head (what the head read and the logits' statistics, from
-normlab.train.head_loss), after the backward (gradient histograms), and after the optimizer step (update
-ratios). Everything stays on the device until `StepProbe.row()`.
+at four points of the step: before the forward (model update, parameter snapshot, the embedding's
+effective rank), with the first micro-batch's forward measurements (the probed forward's taps and the
+head's statistics, which normlab.train.head_loss computes in the same graph as the loss), after the
+backward (gradient histograms), and after the optimizer step (update ratios). Everything stays on the
+device until `StepProbe.row()`.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -20,9 +20,9 @@ from torch import nn
 
 from normlab.knobs import Knobs, knob
 from normlab.metrics import names
-from normlab.metrics.activations import ActivationCapture, LogitStats
+from normlab.metrics.activations import activation_keys
 from normlab.metrics.embedding import effective_rank, token_embedding
-from normlab.metrics.histograms import layer_grad_histograms
+from normlab.metrics.histograms import DeviceHistogram, layer_grad_histograms, to_host
 from normlab.metrics.layout import ParamLayout
 from normlab.metrics.model_update import ModelUpdateProbe
 from normlab.metrics.updates import UpdateRatio, param_norm_keys, update_ratio_keys
@@ -47,14 +47,22 @@ class InstrumentConfig(Knobs):
     dense_until: int = knob(
         20,
         "... and at EVERY step up to and including this one: instabilities (Post-LN's exploding first updates, "
-        "early loss spikes) live in the first steps, which a sparse `every` would skip; 0 = off. Costs about one "
-        'extra forward per dense step with the model update, hooks otherwise (docs/metrics.md, "Cost")',
+        "early loss spikes) live in the first steps, which a sparse `every` would skip; 0 = off. Costs the "
+        'instrumented step\'s extra work at each dense step (docs/metrics.md, "Cost")',
         ge=0,
     )
     histogram_every: int = knob(
         10, "per-layer gradient histograms (W&B only) every `every × histogram_every` steps; 0 = off", ge=0
     )
     histogram_bins: int = knob(64, "bins of each histogram", ge=1)
+    rank_every: int = knob(
+        10,
+        "the token embedding's effective rank (embed/effective_rank: the eigenvalues of a d_model × d_model "
+        "Gram matrix, which on a GPU synchronise with the host) every `every × rank_every` steps and at every "
+        "dense step; 1 = every instrumented step, 0 = off. The embedding moves slowly; this keeps its cost "
+        'below the rest of an instrumented step (docs/metrics.md, "Cost")',
+        ge=0,
+    )
     model_update: Any = knob(
         "auto",
         "DeepNet's ‖F(x, θ_t) − F(x, θ_0)‖ on a fixed probe batch: auto (runs where a block normalises the "
@@ -75,6 +83,12 @@ class InstrumentConfig(Knobs):
         period = max(self.every, 1) * self.histogram_every
         return self.histogram_every > 0 and step % period == 0
 
+    def rank(self, step: int) -> bool:
+        """Whether the instrumented step `step` measures the embedding's effective rank."""
+        if self.rank_every == 0 or not self.instrumented(step):
+            return False
+        return step <= self.dense_until or step % (max(self.every, 1) * self.rank_every) == 0
+
 
 def wants_model_update(setting: bool | str, placement: Mapping[str, Any] | str, depth: int) -> bool:
     """metrics.model_update: true, false, or auto: runs where some block normalises the residual stream
@@ -94,7 +108,7 @@ class Instruments:
     ) -> None:
         self.cfg = cfg
         self.layout = layout
-        self.capture = ActivationCapture(model)
+        self.activation_keys = activation_keys(layout.n_layers)
         self.updates = UpdateRatio(layout)
         self.model_update = ModelUpdateProbe(model, probe) if probe is not None else None
         self.embedding = token_embedding(model)
@@ -117,48 +131,47 @@ class StepProbe:
         self.step = step
         self.keys: list[str] = []
         self.parts: list[torch.Tensor] = []
-        self.extras: dict[str, Any] = {}  # host values that are not scalars (histograms)
+        self.histograms: dict[str, DeviceHistogram] = {}  # W&B's view; counted on the device
         if instruments.model_update is not None:
             self._add([names.MODEL_UPDATE], instruments.model_update.measure().view(1))
-        if instruments.embedding is not None:  # the embedding this step starts from, like param_norm
+        # the embedding this step starts from, like param_norm
+        if instruments.embedding is not None and instruments.cfg.rank(step):
             self._add([names.EMBED_EFFECTIVE_RANK], effective_rank(instruments.embedding).view(1))
         instruments.updates.before()
         self._add(param_norm_keys(instruments.layout.n_layers), instruments.updates.param_norms())
-        self._captured = False
-        self._head_pending = False
+        self._forward_pending = True
+        self._activations: torch.Tensor | None = None
 
     def _add(self, keys: list[str], values: torch.Tensor) -> None:
         self.keys += keys
         self.parts.append(values.float())
 
-    def forward(self) -> contextlib.AbstractContextManager:
-        """Hooks around the first forward of the step; later micro-batches run without them."""
-        if self._captured:
-            self._head_pending = False
-            return contextlib.nullcontext()
-        self._captured = True
-        self._head_pending = True
-        return self.instruments.capture
+    def wants_forward(self) -> bool:
+        """True once, for the step's first micro-batch: its forward is the one measured (later
+        micro-batches run the plain step)."""
+        pending, self._forward_pending = self._forward_pending, False
+        return pending
 
-    def head(self, head_input: torch.Tensor, logits: LogitStats) -> None:
-        """What the LM head read and the logits' statistics, for the forward just captured: handed over by
-        the head and its loss (normlab.train.head_loss), whichever way it computed them."""
-        if self._head_pending:
-            self.instruments.capture.record_head(head_input, logits)
-            self._head_pending = False
+    def record_forward(self, values: torch.Tensor) -> None:
+        """The measured forward's activation statistics, laid out as `activation_keys` (what
+        `normlab.metrics.activations.activation_values` returns inside the step's graph)."""
+        self._activations = values
 
     def after_backward(self, grads: list[torch.Tensor]) -> None:
         cfg = self.instruments.cfg
         if cfg.histogram(self.step):
-            self.extras.update(layer_grad_histograms(self.instruments.layout, grads, cfg.histogram_bins))
+            self.histograms = layer_grad_histograms(self.instruments.layout, grads, cfg.histogram_bins)
 
     def after_update(self, updated: bool) -> None:
-        capture = self.instruments.capture
-        self._add(capture.keys, capture.values())
+        keys = self.instruments.activation_keys
+        values = self._activations
+        if values is None:  # no forward was measured
+            values = torch.full((len(keys),), float("nan"), device=self.parts[-1].device)
+        self._add(keys, values)
         if updated:  # no update (max_steps=0) means no ratio, rather than a misleading 0
             self._add(update_ratio_keys(self.instruments.layout.n_layers), self.instruments.updates.ratios())
 
     def row(self) -> dict[str, Any]:
         """The step's measurements as host values (one transfer for all scalars)."""
         values = torch.cat(self.parts).tolist()
-        return {**dict(zip(self.keys, values, strict=True)), **self.extras}
+        return {**dict(zip(self.keys, values, strict=True)), **to_host(self.histograms)}

@@ -44,6 +44,7 @@ class ParamLayout:
                 where[0] * len(names.SUBLAYERS) + names.SUBLAYERS.index(where[1]) if where else -1
             )
         self.n_layers = n_layers
+        self.layer_of: list[int] = layer_ids  # the same on the host, to group without a device sync
         device = self.params[0].device
         self.layer_ids = torch.tensor(layer_ids, device=device)
         self.part_index = torch.tensor([j for j, i in enumerate(part_ids) if i >= 0], device=device)

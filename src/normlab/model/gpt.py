@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +33,21 @@ def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return scores.amax().float()
 
 
+def stream_rms(stream: Stream) -> torch.Tensor:
+    """RMS over every element of the residual stream x, in float32 (with ResiDual's (x, d): of x)."""
+    x = stream[0] if isinstance(stream, tuple) else stream
+    return x.detach().float().square().mean().sqrt()
+
+
+class ForwardTaps(NamedTuple):
+    """What a probed forward (`GPT.features(idx, probe=True)`) measures inside the blocks, as float32
+    tensors of shape (n_layers,): returned by the forward itself, so that the measured forward is the same
+    function of the inputs as the plain one (torch.compile traces it as one graph, vmap batches it)."""
+
+    stream_rms: torch.Tensor  # RMS of the residual stream x leaving each block
+    attn_max_logit: torch.Tensor  # each block's largest causal q·k/√d_head (max_causal_logit)
+
+
 ALL = slice(None)  # every row of a parameter
 
 
@@ -55,16 +70,19 @@ class CausalSelfAttention(nn.Module):
         self.k_norm = build_qk_norm(qk_norm, d_model // n_heads)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, taps: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Attention of x (batch, time, d_model); with a `taps` list (a probed forward), the largest causal
+        attention logit is appended to it."""
         b, t, d = x.shape
         # unbind, then transpose each: the backward stacks the three gradients straight into the qkv
         # layout (a permute first would add a copy to make it contiguous); values are identical
         q, k, v = (
             z.transpose(1, 2) for z in self.qkv(x).view(b, t, 3, self.n_heads, d // self.n_heads).unbind(2)
         )
-        # the queries and keys the scores are made of leave q_norm and k_norm (identities without qk_norm):
-        # metrics.activations hooks them there on the steps that log the max attention logit
+        # the queries and keys the scores are made of leave q_norm and k_norm (identities without qk_norm)
         q, k = self.q_norm(q), self.k_norm(k)
+        if taps is not None:
+            taps.append(max_causal_logit(q, k))
         y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(b, t, d))
 
@@ -85,7 +103,8 @@ class FeedForward(nn.Module):
         self.up = Linear(d_model, mult * d_model, bias=bias)
         self.down = Linear(mult * d_model, d_model, bias=bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, taps: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """`taps` is accepted as every sublayer accepts it; the feed-forward measures nothing."""
         return self.down(F.gelu(self.up(x)))
 
     def output_shift_biases(self) -> list[tuple[nn.Parameter, slice]]:
@@ -123,12 +142,12 @@ class ResidualBranch(nn.Module):
         self.dual_stream = dual_stream
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, stream: Stream) -> Stream:
+    def forward(self, stream: Stream, taps: list[torch.Tensor] | None = None) -> Stream:
         x, d = stream if self.dual_stream else (stream, None)
         normed = self.norm_in(x)
         if self.input_scale != 1.0:
             normed = normed * self.input_scale
-        h = self.drop(self.norm_out(self.sublayer(normed)))
+        h = self.drop(self.norm_out(self.sublayer(normed, taps)))
         out = self.norm_add(x * self.alpha + h if self.alpha != 1.0 else x + h)
         return (out, d + h) if self.dual_stream else out
 
@@ -170,8 +189,8 @@ class Block(nn.Module):
             dual_stream,
         )
 
-    def forward(self, stream: Stream) -> Stream:
-        return self.ffn(self.attn(stream))
+    def forward(self, stream: Stream, taps: list[torch.Tensor] | None = None) -> Stream:
+        return self.ffn(self.attn(stream, taps), taps)
 
 
 def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
@@ -303,12 +322,26 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(idx))
 
-    def features(self, idx: torch.Tensor) -> torch.Tensor:
-        """What the LM head reads, (batch, time, d_model): the trainer fuses the head with its loss."""
+    def features(
+        self, idx: torch.Tensor, probe: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, ForwardTaps]:
+        """What the LM head reads, (batch, time, d_model): the trainer fuses the head with its loss.
+
+        With `probe` (the trainer's instrumented steps), `(what the head reads, ForwardTaps)`: the same
+        computation, plus each block's measurements, returned rather than hooked so that a compiled
+        instrumented step is one graph too.
+        """
         stream = self.embed(idx)
+        if not probe:
+            for block in self.blocks:
+                stream = block(stream)
+            return self.readout(stream)
+        max_logits: list[torch.Tensor] = []
+        rms: list[torch.Tensor] = []
         for block in self.blocks:
-            stream = block(stream)
-        return self.readout(stream)
+            stream = block(stream, max_logits)
+            rms.append(stream_rms(stream))
+        return self.readout(stream), ForwardTaps(torch.stack(rms), torch.stack(max_logits).float())
 
     def embed(self, idx: torch.Tensor) -> Stream:
         """The stream the first block reads: token embedding × embed_scale + positions (dropped out); with

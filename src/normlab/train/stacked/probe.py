@@ -2,9 +2,10 @@
 the same keys in the same order, so that member m's row is the row its run alone writes.
 
 All of it is computed on the stack at once and stays on the device as one (members × keys) table until the
-rows are made (one host transfer for every member): the activations and attention logits from a vmapped
-probed forward (the single run's `ActivationCapture` inside vmap), the head's statistics from the stacked
-head, parameter norms and update ratios from the (members × parameters) buffer, the embedding's effective
+rows are made (one host transfer for every member): the activations and attention logits from the GPT's
+probed forward under vmap (`features(idx, probe=True)` returns them: a pure function, so vmap gives every
+member its own), laid out by the single run's `activation_values` with the head's statistics from the
+stacked head, parameter norms and update ratios from the (members × parameters) buffer, the embedding's effective
 rank as `torch.vmap` of the single run's function, the model update as a vmapped evaluation forward of
 the fixed probe batch.
 """
@@ -17,15 +18,14 @@ import torch
 from torch import nn
 
 from normlab.metrics import names
-from normlab.metrics.activations import ActivationCapture, activation_keys
+from normlab.metrics.activations import LogitStats, activation_keys, activation_values
 from normlab.metrics.embedding import effective_rank
-from normlab.metrics.histograms import layer_grad_histograms
+from normlab.metrics.histograms import DeviceHistogram, layer_grad_histograms, to_host
 from normlab.metrics.instruments import InstrumentConfig
 from normlab.metrics.layout import ParamLayout
 from normlab.metrics.updates import param_norm_keys, update_ratio_keys
+from normlab.model.gpt import ForwardTaps
 from normlab.train.stacked.model import StackedModel
-
-HEAD_KEYS = (names.LOGIT_MAX, names.LOGIT_MEAN, names.LOGIT_LOG_Z)  # the order of StackedHead's table
 
 
 def per_param_squares(model: StackedModel, table: torch.Tensor) -> torch.Tensor:
@@ -36,12 +36,23 @@ def per_param_squares(model: StackedModel, table: torch.Tensor) -> torch.Tensor:
     )
 
 
-def _probed_features(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """What the head reads, and the activation keys' values (NaN for the head's, measured outside)."""
-    capture = ActivationCapture(model)
-    with capture:
-        hidden = model.features(x)
-    return hidden, capture.values()
+def _probed_features(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the head reads, and the blocks' measurements (ForwardTaps' two fields)."""
+    hidden, taps = model.features(x, probe=True)
+    return hidden, taps.stream_rms, taps.attn_max_logit
+
+
+def _activation_values(
+    stream_rms: torch.Tensor,
+    attn_max_logit: torch.Tensor,
+    hidden: torch.Tensor,
+    logit_max: torch.Tensor,
+    logit_mean: torch.Tensor,
+    log_z: torch.Tensor,
+) -> torch.Tensor:
+    """One member's `activation_values` (under vmap: every member's)."""
+    stats = LogitStats(max=logit_max, mean=logit_mean, mean_log_z=log_z)
+    return activation_values(ForwardTaps(stream_rms, attn_max_logit), hidden, stats)
 
 
 def _logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -109,16 +120,18 @@ class StackedProbe:
         model, layout = instruments.model, instruments.layout
         self.keys: list[str] = []
         self.parts: list[torch.Tensor] = []
-        self.extras: list[dict[str, Any]] = [{} for _ in range(model.size)]
+        self.histograms: list[dict[str, DeviceHistogram]] = [{} for _ in range(model.size)]
         self._host: list[list[float]] | None = None
         if instruments.probe is not None:
             self._add([names.MODEL_UPDATE], instruments.model_update().view(-1, 1))
-        with torch.no_grad():
-            rank = torch.vmap(effective_rank)(model.token_embedding().detach())
-        self._add([names.EMBED_EFFECTIVE_RANK], rank.view(-1, 1))
+        if instruments.cfg.rank(step):  # the embedding this step starts from, like param_norm
+            with torch.no_grad():
+                rank = torch.vmap(effective_rank)(model.token_embedding().detach())
+            self._add([names.EMBED_EFFECTIVE_RANK], rank.view(-1, 1))
         self._before = model.flat.detach().clone()
         self._before_sq = per_param_squares(model, self._before)
         self._add(param_norm_keys(layout.n_layers), self._param_norms())
+        self._taps: tuple[torch.Tensor, torch.Tensor] | None = None
         self._activations: torch.Tensor | None = None
 
     def _add(self, keys: list[str], values: torch.Tensor) -> None:
@@ -131,19 +144,18 @@ class StackedProbe:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The first micro-batch's forward, measured: what the head reads (members, batch, time, d_model)."""
-        hidden, values = self.instruments.model.map(_probed_features, x)
-        self._activations = values.detach().float()
+        hidden, stream_rms, attn_max_logit = self.instruments.model.map(_probed_features, x)
+        self._taps = (stream_rms.detach(), attn_max_logit.detach())
         return hidden
 
     def head(self, hidden: torch.Tensor, stats: torch.Tensor) -> None:
-        """What the head read and the logits' statistics (members, 3: max, mean, log Z) of that forward."""
-        assert self._activations is not None
-        keys = self.instruments.activation_keys
+        """What the head read and the logits' statistics (members, 3: max, mean, log Z; StackedHead's
+        table) of that forward."""
+        assert self._taps is not None
         with torch.no_grad():
-            head_rms = hidden.detach().float().square().mean(tuple(range(1, hidden.dim()))).sqrt()
-            self._activations[:, keys.index(names.ACT_RMS_HEAD)] = head_rms
-            for j, key in enumerate(HEAD_KEYS):
-                self._activations[:, keys.index(key)] = stats[:, j]
+            self._activations = torch.vmap(_activation_values)(
+                *self._taps, hidden.detach(), stats[:, 0], stats[:, 1], stats[:, 2]
+            ).float()
 
     def after_backward(self, grads: dict[str, torch.Tensor]) -> None:
         """Gradient histograms of the members that show them (W&B), from each member's gradients."""
@@ -153,12 +165,16 @@ class StackedProbe:
         for m, wanted in enumerate(inst.histograms):
             if wanted:
                 own = [grads[name][m] for name in inst.model.names]
-                self.extras[m].update(layer_grad_histograms(inst.layout, own, inst.cfg.histogram_bins))
+                self.histograms[m] = layer_grad_histograms(inst.layout, own, inst.cfg.histogram_bins)
 
     def after_update(self, updated: bool) -> None:
         inst = self.instruments
-        assert self._activations is not None
-        self._add(inst.activation_keys, self._activations)
+        values = self._activations
+        if values is None:  # no forward was measured
+            values = torch.full(
+                (inst.model.size, len(inst.activation_keys)), float("nan"), device=inst.model.device
+            )
+        self._add(inst.activation_keys, values)
         if updated:
             diff_sq = per_param_squares(inst.model, inst.model.flat.detach() - self._before)
             num = torch.cat([diff_sq.sum(1, keepdim=True), inst.layout.layer_sums(diff_sq)], 1).sqrt()
@@ -186,4 +202,4 @@ class MemberProbe:
 
     def row(self) -> dict[str, Any]:
         values = self.probe.host_rows()[self.m]
-        return {**dict(zip(self.probe.keys, values, strict=True)), **self.probe.extras[self.m]}
+        return {**dict(zip(self.probe.keys, values, strict=True)), **to_host(self.probe.histograms[self.m])}
