@@ -66,5 +66,9 @@ def train_stacked(norm, placement, cfgs, train_tokens, val_tokens, depth=2, d=16
     )
     collectors = [RowCollector() for _ in cfgs]
     ended: dict[int, Any] = {}
-    results = trainer.fit([[c] for c in collectors], lambda m, r, e: ended.__setitem__(m, (r, e)))
+
+    def end(m: int, result: Any, error: Any) -> None:  # what the member's run sees, and its parameters then
+        ended[m] = (result, error, trainer.model.flat[m].clone())
+
+    results = trainer.fit([[c] for c in collectors], end)
     return collectors, results, trainer, ended

@@ -3,7 +3,7 @@
 Tolerance: a member's forward runs the same operations batched over the stack (baddbmm instead of addmm,
 its RMSNorm backward vmapped), so float32 sums run in another order; over 20 steps of AdamW the losses,
 gradient norms and validation losses stay within 1e-5 relative (measured: ≤ 3e-6), the instrumented steps'
-statistics within 5e-3 relative or 1e-6 absolute: a maximum attention logit, say, is a small
+statistics within 5e-3 relative or 1e-5 absolute: a maximum attention logit, say, is a small
 difference of larger terms, and the trajectories' float noise shows there first (measured: up to 1.3e-3
 without a norm before attention, `reordered`).
 
@@ -12,7 +12,10 @@ adds a vector to every sequence (part of the learned positions, the biases befor
 rounding, which AdamW's per-coordinate normalisation turns into steps of about the learning rate — the
 same happens between two runs alone on different thread counts (GPT.norm_cancelled_parameters). The loss
 never sees those coordinates; the model update, an evaluation-mode output that reads BN's running means,
-does: within 1e-2 relative with BN.
+does: within 1e-2 relative with BN. And BatchNorm needs a batch to normalise over: with 4 sequences its
+statistics are degenerate and amplify rounding chaotically (measured with `bn` in slot B, `reordered`: a
+loss spike at step 15 and one per-sublayer gradient norm 66 % apart, the losses 1e-4), so the runs here
+take 16 (measured then: ≤ 3e-6 for BN, as for the other norms).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def one_thread():
 
 
 TIGHT = 1e-5  # losses, gradient norms, validation losses
-LOOSE = 5e-3  # the instrumented steps' statistics
+LOOSE = 5e-3  # the instrumented steps' statistics (and 1e-5 absolute)
 TIGHT_KEYS = ("loss", "grad_norm", "val_loss")
 
 
@@ -76,13 +79,13 @@ def compare(alone: list[dict], stacked: list[dict], batchnorm: bool = False) -> 
                 continue
             tight = key.startswith(TIGHT_KEYS)
             rel = TIGHT if tight else 1e-2 if batchnorm and key == "model_update" else LOOSE
-            if not close(value, b[key], rel, 1e-8 if tight else 1e-6):
+            if not close(value, b[key], rel, 1e-8 if tight else 1e-5):
                 problems.append(f"step {a['step']} {key}: alone {value!r}, stacked {b[key]!r}")
     return problems
 
 
 COMMON = {
-    "train": {"batch_size": 4, "seq_len": 16, "max_steps": 20, "eval_every": 10, "eval_batches": 2},
+    "train": {"batch_size": 16, "seq_len": 16, "max_steps": 20, "eval_every": 10, "eval_batches": 2},
     "warmup_steps": 3,
 }
 # the default suite: every pair for 8 steps (evaluations at 4 and 8); 20 steps of every pair is a slow test
@@ -155,8 +158,9 @@ def test_a_diverging_member_ends_alone_and_stops_updating():
     assert results[0].status == "completed" and results[0].steps == 20
     healthy, _, _ = train_alone("ln", "post", cfgs[0], train, val)
     assert not compare(healthy.rows, collectors[0].rows)
-    # the diverged member's parameters froze when it ended
-    assert not trainer.alive[1] and float(trainer.active[1]) == 0.0
+    # the diverged member's parameters froze when it ended (its checkpoint holds them: `frozen`)
+    assert not trainer.alive[1]
+    torch.testing.assert_close(trainer.model.flat[1], ended[1][2], rtol=0, atol=0)
 
 
 def test_stacked_adamw_is_torch_adamw_for_each_member():
@@ -177,15 +181,15 @@ def test_stacked_adamw_is_torch_adamw_for_each_member():
 
     references = [build_optimizer(m, o, torch.device("cpu")) for m, o in zip(alone, optims, strict=True)]
     g = torch.Generator().manual_seed(0)
-    active = torch.tensor([[1.0], [1.0], [0.0]])
+    alive = [True, True, False]
     for step in range(5):
         grads = torch.randn(stacked.flat.shape, generator=g)
         stacked.grad_flat.copy_(grads)
-        lr = torch.tensor([[o.lr * (step + 1) / 5] for o in optims])
-        optimizer.step(lr, active)
+        lr = [o.lr * (step + 1) / 5 for o in optims]
+        optimizer.step(lr, alive)
         for m in range(2):  # the third is inactive: it must not move
             for group in references[m].param_groups:
-                group["lr"] = float(lr[m])
+                group["lr"] = lr[m]
             for name, p in alone[m].named_parameters():
                 p.grad = stacked.member_view(grads, name)[m].clone()
             references[m].step()
@@ -238,4 +242,30 @@ def test_jobs_that_share_a_graph_are_grouped():
     assert keys[4] is None  # fp16 runs alone
     assert stack_groups(["a", "a", "b", None, "a", "a"], max_stack=3) == [[0, 1, 4], [2], [3], [5]]
     assert stack_groups(["a"] * 5, max_stack=32, fits=[2] * 5) == [[0, 1], [2, 3], [4]]
+    assert stack_groups(["a"] * 4 + ["b"], max_stack=32, processes=2) == [[0, 1], [2, 3], [4]]
     assert "seed" in MEMBER_KEYS and "optim.lr" in MEMBER_KEYS
+
+
+def test_the_plain_stacked_head_is_the_fused_one():
+    """The GPU's path (batched logits, one log-sum-exp) and the CPU's (each member's fused chunked head) give
+    the same objective, cross-entropy and logit statistics, each member with its own z-loss."""
+    from normlab.train.stacked.head import StackedHead
+
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3, 2, 5, 8, generator=g)
+    weight = torch.randn(3, 11, 8, generator=g)
+    y = torch.randint(0, 11, (3, 2, 5), generator=g)
+    z = [0.0, 1e-3, 1e-1]
+    fused = StackedHead(z, fused=True, device=torch.device("cpu"))(hidden, weight, y, stats=True)
+    plain = StackedHead(z, fused=False, device=torch.device("cpu"))(hidden, weight, y, stats=True)
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # member by member, the single run's objective on materialised logits
+    from normlab.train.head_loss import objective
+
+    for m in range(3):
+        total, ce = objective(hidden[m] @ weight[m].T, y[m], z[m])
+        torch.testing.assert_close(plain[0][m], total, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(plain[1][m], ce, rtol=1e-5, atol=1e-6)
+    shared = StackedHead(z, fused=False, device=torch.device("cpu"))(hidden, weight, y[0])
+    torch.testing.assert_close(shared[1][0], plain[1][0])  # evaluation: one batch for every member

@@ -19,6 +19,14 @@ The modes run in A B … | … B A blocks (`--repeats` of them), and each number
 a machine shared with other work slows every mode alike within a block. The machine's load average is
 printed with each block. With `--device cpu` the same code path runs on the CPU (the GPU mode's sweep sizes
 can be tried there with `--members`, `--model`).
+
+`--in-process` measures the work instead, where a busy machine makes wall times meaningless: in one process
+on one torch thread, the sweep's runs trained one after another by the single-run Trainer against the same
+runs as one StackedTrainer, steady steps only (past the dense start, instrumented every `metrics.every`
+steps, rows moved to the host every `train.flush_every`), in A B | B A blocks of `--block-steps` steps
+timed by this process's CPU time. Its ratio is what one core gives stacked against alone, which is what
+`hydra/launcher=stacked hydra.launcher.n_jobs=C` (one thread per stack) against `joblib` on C cores comes
+to, start-up aside.
 """
 
 from __future__ import annotations
@@ -115,6 +123,98 @@ def run_mode(args: argparse.Namespace, mode: Mode, workdir: Path, block: int) ->
     return {"wall_s": wall, "tokens_per_s": summed, "runs": mode.runs}
 
 
+def in_process(args: argparse.Namespace) -> dict[str, Any]:
+    """Tokens per CPU-second of the runs trained alone vs stacked, one thread (see the module docstring)."""
+    import numpy as np
+    import torch
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from normlab.config import checked
+    from normlab.config.compose import compose_config
+    from normlab.train.build import run_corpus
+    from normlab.train.loop import Trainer
+    from normlab.train.stacked.trainer import StackedTrainer
+
+    torch.set_num_threads(1)
+    overrides = [
+        f"model={args.model}",
+        "data=synthetic",
+        "logger=none",
+        f"train.batch_size={args.batch}",
+        "train.device=cpu",
+        f"train.max_steps={10**6}",
+        *args.overrides,
+    ]
+    cfgs = [checked(OmegaConf.create(compose_config([*overrides, f"seed={s}"]))) for s in range(args.members)]
+    corpus = run_corpus(cfgs[0], progress=False)
+    device = torch.device("cpu")
+
+    def model(cfg: dict) -> torch.nn.Module:
+        torch.manual_seed(cfg["seed"])
+        return instantiate(cfg["model"])
+
+    alone = [Trainer.from_config(c, model(c), corpus.train, corpus.val, device) for c in cfgs]
+    stacked = StackedTrainer([model(c) for c in cfgs], cfgs, corpus.train, corpus.val, device)
+    start = cfgs[0]["metrics"]["dense_until"] + 1
+    flush = cfgs[0]["train"]["flush_every"]
+    tokens = cfgs[0]["train"]["batch_size"] * cfgs[0]["train"]["seq_len"]
+
+    def steps(trainer: Any, first: int, n: int) -> None:
+        pending = []
+        for s in range(first, first + n):
+            trainer.step = s
+            probe = trainer.instruments.begin(s) if trainer.instruments else None
+            pending.append(trainer.train_step(True, probe))
+            if probe is not None:
+                probe.host_rows() if hasattr(probe, "host_rows") else probe.row()
+            if len(pending) >= flush:
+                torch.stack(pending).tolist()
+                pending = []
+
+    def timed(side: str, first: int) -> float:
+        begin = time.process_time()
+        if side == "alone":
+            for trainer in alone:
+                steps(trainer, first, args.block_steps)
+        else:
+            steps(stacked, first, args.block_steps)
+        return time.process_time() - begin
+
+    steps(stacked, start, 2)  # first calls (allocations) out of the timing
+    for trainer in alone:
+        steps(trainer, start, 2)
+    ratios, rates = [], {"alone": [], "stacked": []}
+    first = start + 2
+    for block in range(args.repeats):
+        order = ("alone", "stacked") if block % 2 == 0 else ("stacked", "alone")
+        took = {}
+        for side in order:
+            took[side] = timed(side, first)
+            first += args.block_steps
+        work = args.members * args.block_steps * tokens
+        for side in took:
+            rates[side].append(work / took[side])
+        ratios.append(took["alone"] / took["stacked"])
+        print(
+            f"  block {block}: alone {work / took['alone']:,.0f}, stacked {work / took['stacked']:,.0f} tokens per "
+            f"CPU-second: {ratios[-1]:.2f}× (load {load_average()})",
+            flush=True,
+        )
+    out = {
+        "alone_tokens_per_cpu_s": float(np.median(rates["alone"])),
+        "stacked_tokens_per_cpu_s": float(np.median(rates["stacked"])),
+        "ratio": float(np.median(ratios)),
+        "ratio_range": [min(ratios), max(ratios)],
+    }
+    print(
+        f"\none thread, CPU time, {args.members} runs of model={args.model}, batch {args.batch}: stacked "
+        f"{out['ratio']:.2f}× alone (blocks {min(ratios):.2f}-{max(ratios):.2f}): "
+        f"{out['stacked_tokens_per_cpu_s']:,.0f} vs {out['alone_tokens_per_cpu_s']:,.0f} tokens per CPU-second"
+    )
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -132,6 +232,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--alone-runs", type=int, default=None, help="jobs one-at-a-time trains (of the sweep)")
     p.add_argument("--repeats", type=int, default=1, help="blocks of every mode (A B … | … B A)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="CPU time on one thread: alone vs stacked in one process (for a busy machine; see above)",
+    )
+    p.add_argument("--block-steps", type=int, default=20, help="--in-process: steps a block times")
     p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = p.parse_args(argv)
     model, members, steps, batch, joblib_jobs, alone_runs = DEFAULTS[args.device]
@@ -141,6 +247,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.batch = args.batch or batch
     args.joblib_jobs = args.joblib_jobs or joblib_jobs
     alone = min(args.alone_runs or alone_runs, args.members)
+    if args.in_process:
+        out = in_process(args)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1))
+        return out
     modes = [
         Mode("one at a time", "basic", 1, alone),
         Mode(f"joblib n_jobs={args.joblib_jobs}", "joblib", args.joblib_jobs, args.members),

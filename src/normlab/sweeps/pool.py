@@ -83,10 +83,10 @@ class LocalPoolLauncher(SweepLauncher):
 
     def run_jobs(self, jobs: Sequence[Job]) -> dict[int, Ran]:
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        pending = self.units(jobs)  # first: the stacked launcher decides n_jobs there
         n_jobs = effective_n_jobs(int(self.n_jobs))
-        pending = self.units(jobs)
         log.info(
-            "normlab local pool: %d jobs in %d processes, %d at a time, each in its own process",
+            "normlab local pool: %d jobs in %d processes, %d at a time",
             len(jobs),
             len(pending),
             n_jobs,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, run_job
 from hydra.types import HydraContext
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from normlab.sweeps.jobs import Job, _hydra_config_kept, job_config
 from normlab.sweeps.pool import LocalPoolLauncher
@@ -92,10 +93,11 @@ def graph_key(cfg: Mapping[str, Any]) -> str | None:
 
 
 def stack_groups(
-    keys: Sequence[str | None], max_stack: int, fits: Sequence[int] | None = None
+    keys: Sequence[str | None], max_stack: int, fits: Sequence[int] | None = None, processes: int = 1
 ) -> list[list[int]]:
     """Indices of jobs grouped by equal keys (None: alone), in order, each group cut into stacks of at most
-    `max_stack` (and at most `fits[i]` for a group starting with job i: what memory holds)."""
+    `max_stack` (and at most `fits[i]` for a group starting with job i: what memory holds), and into at
+    least `processes` stacks where it has the jobs for them (so that every process at once has work)."""
     groups: dict[str, list[int]] = {}
     units: list[list[int]] = []
     for i, key in enumerate(keys):
@@ -105,15 +107,18 @@ def stack_groups(
             groups.setdefault(key, []).append(i)
     for members in groups.values():
         size = max(1, min(max_stack, fits[members[0]] if fits is not None else max_stack))
+        size = min(size, max(1, math.ceil(len(members) / max(1, processes))))
         units += [members[j : j + size] for j in range(0, len(members), size)]
     return sorted(units, key=lambda unit: unit[0])
 
 
 class StackedLauncher(LocalPoolLauncher):
-    """`max_stack` runs at most in one model; `n_jobs` stacks (processes) at once."""
+    """`max_stack` runs at most in one model; `n_jobs` stacks (processes) at once: `auto` is one per core
+    when the jobs train on the CPU (each stack on one thread), one on a GPU (a process owns the device)."""
 
-    def __init__(self, max_stack: int = DEFAULT_MAX_STACK, n_jobs: int = 1) -> None:
-        super().__init__(n_jobs=n_jobs)
+    def __init__(self, max_stack: int = DEFAULT_MAX_STACK, n_jobs: int | str = "auto") -> None:
+        super().__init__(n_jobs=1)
+        self.requested_jobs = n_jobs
         self.max_stack = max(1, int(max_stack))
 
     def units(self, jobs: Sequence[Job]) -> list[list[Job]]:
@@ -123,6 +128,7 @@ class StackedLauncher(LocalPoolLauncher):
 
         keys: list[str | None] = []
         fits: list[int] = []
+        devices: set[str] = set()
         with _hydra_config_kept():
             for job in jobs:
                 cfg = job_config(self.hydra_context, self.config, job.overrides, job.num)
@@ -134,13 +140,31 @@ class StackedLauncher(LocalPoolLauncher):
                 if key is not None:
                     shared = json.loads(key)  # the memory estimate reads the model and train groups only
                     with contextlib.suppress(Exception):  # the run's own check says what is wrong
-                        fit = memory.stack_fits(shared, pick_device(shared["train"]["device"]))
+                        device = pick_device(shared["train"]["device"])
+                        devices.add(device.type)
+                        fit = memory.stack_fits(shared, device)
                 fits.append(fit)
-        units = [[jobs[i] for i in unit] for unit in stack_groups(keys, self.max_stack, fits)]
+        self.n_jobs = self.processes(devices)
+        with read_write(self.config.hydra), open_dict(self.config.hydra):  # what the stacks' processes read
+            self.config.hydra.launcher.n_jobs = self.n_jobs
+        groups = stack_groups(keys, self.max_stack, fits, processes=self.n_jobs)
+        units = [[jobs[i] for i in unit] for unit in groups]
         for unit in units:
             if len(unit) > 1:
                 log.info("stacked: jobs %s as one model", ", ".join(f"#{j.num}" for j in unit))
         return units
+
+    def processes(self, devices: set[str]) -> int:
+        """hydra.launcher.n_jobs as a number: `auto` is the cores on the CPU, 1 where a GPU trains."""
+        if str(self.requested_jobs) != "auto":
+            return max(1, int(self.requested_jobs))
+        if devices and devices <= {"cpu"}:
+            return cores()
+        return 1
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _task_config(cfg: DictConfig) -> dict[str, Any]:
@@ -254,5 +278,4 @@ def _also_logged_to(paths: Sequence[Path]) -> Iterator[None]:
 
 def threads_per_stack(n_jobs: int) -> int:
     """torch threads for each of `n_jobs` stacks running at once: the cores shared out."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, n_jobs))
+    return max(1, cores() // max(1, n_jobs))

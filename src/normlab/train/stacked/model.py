@@ -27,6 +27,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from normlab.metrics.layout import squared_norms
+
 # Each parameter's gradient is a view into `grad_flat`, strided as the parameter is (a slice of the columns of
 # a row-major matrix); autograd accumulates into it in place and says the layout is unusual, once.
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
@@ -142,6 +144,19 @@ class StackedModel:
     def member_view(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         """Parameter `name`'s columns of a (members × parameters) tensor, shaped (members, *its shape)."""
         return tensor[:, self._cols(name)].view(self.size, *self.shapes[name])
+
+    def member_tensors(
+        self, tensor: torch.Tensor, m: int, names: list[str] | None = None
+    ) -> list[torch.Tensor]:
+        """Member m's parameters (`names`, default all) in a (members × parameters) tensor, each shaped as the
+        parameter: contiguous views, what torch's fused and foreach kernels take."""
+        return [tensor[m, self._cols(n)].view(self.shapes[n]) for n in names or self.names]
+
+    def squared_norms(self, tensor: torch.Tensor) -> torch.Tensor:
+        """(members, parameter tensors): each member's squared L2 norm of each parameter's entries of a
+        (members × parameters) tensor, from one fused `torch._foreach_norm` as a run alone computes them."""
+        views = [v for m in range(self.size) for v in self.member_tensors(tensor, m)]
+        return squared_norms(views).view(self.size, len(self.names))
 
 
 def _meta_copy(model: nn.Module) -> nn.Module:

@@ -28,18 +28,21 @@ from normlab.model.gpt import ForwardTaps
 from normlab.train.stacked.model import StackedModel
 
 
-def per_param_squares(model: StackedModel, table: torch.Tensor) -> torch.Tensor:
-    """(members, parameters) → (members, one per parameter tensor): each tensor's squared L2 norm, in float32."""
-    lengths = torch.tensor([model.numels[n] for n in model.names], device=table.device)
-    return torch.segment_reduce(
-        table.float().square(), "sum", lengths=lengths.expand(table.shape[0], -1), axis=1
-    )
-
-
-def _probed_features(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def probed_features(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What the head reads, and the blocks' measurements (ForwardTaps' two fields)."""
     hidden, taps = model.features(x, probe=True)
     return hidden, taps.stream_rms, taps.attn_max_logit
+
+
+def forward_values(
+    stream_rms: torch.Tensor, attn_max_logit: torch.Tensor, hidden: torch.Tensor, stats: torch.Tensor
+) -> torch.Tensor:
+    """Every member's `activation_values` (members, activation keys) from the stacked probed forward
+    (`probed_features` under vmap), what the head read and StackedHead's logit statistics (max, mean, log Z):
+    pure tensor operations, part of the compiled instrumented step."""
+    return torch.vmap(_activation_values)(
+        stream_rms.detach(), attn_max_logit.detach(), hidden.detach(), stats[:, 0], stats[:, 1], stats[:, 2]
+    )
 
 
 def _activation_values(
@@ -129,9 +132,8 @@ class StackedProbe:
                 rank = torch.vmap(effective_rank)(model.token_embedding().detach())
             self._add([names.EMBED_EFFECTIVE_RANK], rank.view(-1, 1))
         self._before = model.flat.detach().clone()
-        self._before_sq = per_param_squares(model, self._before)
+        self._before_sq = model.squared_norms(self._before)
         self._add(param_norm_keys(layout.n_layers), self._param_norms())
-        self._taps: tuple[torch.Tensor, torch.Tensor] | None = None
         self._activations: torch.Tensor | None = None
 
     def _add(self, keys: list[str], values: torch.Tensor) -> None:
@@ -142,20 +144,9 @@ class StackedProbe:
         sq = self._before_sq
         return torch.cat([sq.sum(1, keepdim=True), self.instruments.layout.layer_sums(sq)], 1).sqrt()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The first micro-batch's forward, measured: what the head reads (members, batch, time, d_model)."""
-        hidden, stream_rms, attn_max_logit = self.instruments.model.map(_probed_features, x)
-        self._taps = (stream_rms.detach(), attn_max_logit.detach())
-        return hidden
-
-    def head(self, hidden: torch.Tensor, stats: torch.Tensor) -> None:
-        """What the head read and the logits' statistics (members, 3: max, mean, log Z; StackedHead's
-        table) of that forward."""
-        assert self._taps is not None
-        with torch.no_grad():
-            self._activations = torch.vmap(_activation_values)(
-                *self._taps, hidden.detach(), stats[:, 0], stats[:, 1], stats[:, 2]
-            ).float()
+    def record_forward(self, values: torch.Tensor) -> None:
+        """The measured forward's activation statistics, (members, activation keys): `forward_values`."""
+        self._activations = values.detach().float()
 
     def after_backward(self, grads: dict[str, torch.Tensor]) -> None:
         """Gradient histograms of the members that show them (W&B), from each member's gradients."""
@@ -176,7 +167,7 @@ class StackedProbe:
             )
         self._add(inst.activation_keys, values)
         if updated:
-            diff_sq = per_param_squares(inst.model, inst.model.flat.detach() - self._before)
+            diff_sq = inst.model.squared_norms(inst.model.flat.detach() - self._before)
             num = torch.cat([diff_sq.sum(1, keepdim=True), inst.layout.layer_sums(diff_sq)], 1).sqrt()
             self._add(update_ratio_keys(inst.layout.n_layers), num / self._param_norms().clamp_min(1e-12))
         self._before = None  # type: ignore[assignment]

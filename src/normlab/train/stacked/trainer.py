@@ -10,8 +10,8 @@ checkpoints in the single run's format (`MemberView.state_dict`).
 What the members share: the shapes, the model's architecture, the loop's cadence (steps, evaluation,
 instrumented steps, flushes, checkpoints) and one forward / backward. A member whose run ends early — it
 diverged, or its callbacks failed — is told so (`on_member_end`) at once and stops updating; the others go
-on. Nothing syncs with the host between flushes: learning rates come from a table on the device, the
-norms, clipping and the optimizer's coefficients are device tensors.
+on. Nothing syncs with the host between flushes: the learning rates and AdamW's hyperparameters are host
+numbers handed to torch's fused AdamW kernel, the norms and clipping coefficients stay device tensors.
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ from normlab.train.schedule import lr_at
 from normlab.train.stacked.head import StackedHead
 from normlab.train.stacked.model import StackedModel
 from normlab.train.stacked.optim import StackedAdamW
-from normlab.train.stacked.probe import StackedInstruments, StackedProbe, per_param_squares
+from normlab.train.stacked.probe import (
+    StackedInstruments,
+    StackedProbe,
+    forward_values,
+    probed_features,
+)
 
 log = logging.getLogger("normlab")
 
@@ -146,12 +151,15 @@ class StackedTrainer:
             for m, c in enumerate(cfgs)
         ]
         self.max_norm = torch.tensor([float(t.grad_clip) for t in self.trains], device=device).view(-1, 1)
-        self.alive = [True] * size  # members still training (host view)
-        self.active = torch.ones(size, 1, device=device)  # the same, as the optimizer's mask
-        self._lr_table: torch.Tensor | None = None
-        self._forward: Callable[[torch.Tensor], torch.Tensor] = self._plain_forward
-        if self.train.compile:
-            self._forward = compile_module(self._plain_forward, device)
+        self.alive = [True] * size  # members still training; the others no longer update
+        # as HeadLoss for one run: on the plain path the whole step (forward, head, objective, the probe's
+        # measurements) is one compiled function; on the CPU's fused path the trunk is compiled alone
+        compiled = self.train.compile
+        if self.head.fused:
+            self._trunk = compile_module(self._trunk_step, device) if compiled else self._trunk_step
+            self._step: Callable[..., tuple[torch.Tensor, ...]] = self._fused_step
+        else:
+            self._step = compile_module(self._plain_step, device) if compiled else self._plain_step
 
     def _instruments(self, cfg: InstrumentConfig, histograms: list[bool]) -> StackedInstruments:
         probe = None
@@ -161,8 +169,27 @@ class StackedTrainer:
             probe = x.to(self.device)
         return StackedInstruments(self.model, self.layout, cfg, probe, histograms)
 
-    def _plain_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.map(_features, x)
+    def _trunk_step(self, x: torch.Tensor, probe: bool) -> Any:
+        """What every member's head reads (and with `probe` its blocks' measurements)."""
+        return self.model.map(probed_features if probe else _features, x)
+
+    def _plain_step(self, x: torch.Tensor, y: torch.Tensor, probe: bool) -> tuple[torch.Tensor, ...]:
+        """(objective, cross-entropy[, activation values]) per member through the batched logits."""
+        if not probe:
+            objective, ce, _ = self.head(self._trunk_step(x, False), self.model.head_weight(), y)
+            return objective, ce
+        hidden, stream_rms, attn = self._trunk_step(x, True)
+        objective, ce, stats = self.head(hidden, self.model.head_weight(), y, stats=True)
+        return objective, ce, forward_values(stream_rms, attn, hidden, stats)  # type: ignore[arg-type]
+
+    def _fused_step(self, x: torch.Tensor, y: torch.Tensor, probe: bool) -> tuple[torch.Tensor, ...]:
+        """The same through the (compiled) trunk and each member's fused head and loss."""
+        if not probe:
+            objective, ce, _ = self.head(self._trunk(x, False), self.model.head_weight(), y)
+            return objective, ce
+        hidden, stream_rms, attn = self._trunk(x, True)
+        objective, ce, stats = self.head(hidden, self.model.head_weight(), y, stats=True)
+        return objective, ce, forward_values(stream_rms, attn, hidden, stats)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------------------------------------
     # per member: learning rate, batches
@@ -178,14 +205,6 @@ class StackedTrainer:
             max_steps=self.train.max_steps,
             schedule=self.schedules[m],
         )
-
-    def lr_column(self, step: int) -> torch.Tensor:
-        """Every member's learning rate at `step`, (members, 1) on the device, from a table made once."""
-        if self._lr_table is None or self._lr_table.shape[1] <= step:
-            steps = max(self.train.max_steps, step + 1)
-            table = [[self.lr(m, s) for s in range(steps)] for m in range(self.size)]
-            self._lr_table = torch.tensor(table, dtype=torch.float32, device=self.device)
-        return self._lr_table[:, step : step + 1]
 
     def stacked_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Each member's next training batch from its own data RNG, stacked (members, batch, time)."""
@@ -220,10 +239,10 @@ class StackedTrainer:
             x, y = self.stacked_batch()
             measured = probe is not None and i == 0
             with self.autocast():
-                hidden = probe.forward(x) if measured else self._forward(x)  # type: ignore[union-attr]
-                objective, ce, stats = self.head(hidden, model.head_weight(), y, stats=measured)
+                out = self._step(x, y, measured)
+            objective, ce = out[0], out[1]
             if measured:
-                probe.head(hidden, stats)  # type: ignore[union-attr, arg-type]
+                probe.record_forward(out[2])  # type: ignore[union-attr]
             (objective.sum() / accum).backward()
             loss_sum += ce.detach()
         with torch.no_grad():
@@ -238,14 +257,14 @@ class StackedTrainer:
             model.grad_flat.mul_(coef)
             clipped = (clipping & (total > self.max_norm)).float()
             if update:
-                self.optimizer.step(self.lr_column(self.step), self.active)
+                self.optimizer.step([self.lr(m, self.step) for m in range(self.size)], self.alive)
         if probe is not None:
             probe.after_update(update)
         return torch.cat([(loss_sum / accum).view(-1, 1), clipped, norms], 1)
 
     def _grad_norms(self) -> torch.Tensor:
         """(members, grad_keys): each member's global, per-block and per-part gradient norms."""
-        sq = per_param_squares(self.model, self.model.grad_flat)
+        sq = self.model.squared_norms(self.model.grad_flat)
         parts = [sq.sum(1, keepdim=True)]
         if len(self.grad_keys) > 1:
             parts += [self.layout.layer_sums(sq), self.layout.part_sums(sq)]
@@ -321,7 +340,6 @@ class StackedTrainer:
     ) -> None:
         """Member m's run is over: it stops updating, its callbacks close, its run writes its files."""
         self.alive[m] = False
-        self.active[m] = 0.0
         for callback in callbacks:
             try:
                 callback.on_end(result)
