@@ -72,7 +72,7 @@ def test_a_stacked_sweep_writes_what_the_runs_alone_write(tmp_path, cache_dir):
     """Two seeds × two learning rates, one stack: each member's directory holds what its run alone's holds,
     its rows equal the run's within 1e-5, its checkpoint resumes a plain Trainer."""
     jobs = ("seed=0,1", "optim.lr=1e-3,3e-3", "train.max_steps=6", "train.eval_every=3")
-    code, out = sweep(tmp_path, cache_dir, "stacked", "stacked", *jobs)
+    code, out = sweep(tmp_path, cache_dir, "stacked", "stacked", *jobs, "hydra.launcher.n_jobs=1")
     assert code == 0, out[-3000:]
     assert "stacked: jobs #0, #1, #2, #3 as one model" in out
     code, out_alone = sweep(tmp_path, cache_dir, "alone", "basic", *jobs)
@@ -123,7 +123,13 @@ def interrupt(tmp_path: Path, sweep_dir: Path, argv: list[str], signum: int, rng
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_signal_saves_every_member_and_the_sweep_continues_bit_for_bit(tmp_path, cache_dir, signame):
     steps = 300
-    jobs = ("seed=0,1,2", f"train.max_steps={steps}", "train.eval_every=100", "train.ckpt_every=50")
+    jobs = (
+        "seed=0,1,2",
+        f"train.max_steps={steps}",
+        "train.eval_every=100",
+        "train.ckpt_every=50",
+        "hydra.launcher.n_jobs=1",  # one stack of three
+    )
     code, out = sweep(tmp_path, cache_dir, "reference", "stacked", *jobs)
     assert code == 0, out[-3000:]
     rng = random.Random(f"{os.getpid()}-{signame}")

@@ -103,7 +103,7 @@ def sweep_command(args: argparse.Namespace, mode: Mode, sweep_dir: Path) -> list
 
 
 def run_mode(args: argparse.Namespace, mode: Mode, workdir: Path, block: int) -> dict[str, Any]:
-    sweep_dir = workdir / f"{mode.name}-{block}"
+    sweep_dir = workdir / f"{mode.launcher}{mode.n_jobs}-{block}"
     env = {**os.environ, "WANDB_MODE": "disabled"}
     start = time.perf_counter()
     proc = subprocess.run(sweep_command(args, mode, sweep_dir), env=env, capture_output=True, text=True)
