@@ -86,6 +86,7 @@ class StackedModel:
         )
         self.randomness = "different" if _has_dropout(self.shell) else "error"
         self._vmapped: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        self._views: dict[int, list[torch.Tensor]] = {}
 
     def _cols(self, name: str) -> slice:
         start = self.offsets[name]
@@ -155,7 +156,11 @@ class StackedModel:
     def squared_norms(self, tensor: torch.Tensor) -> torch.Tensor:
         """(members, parameter tensors): each member's squared L2 norm of each parameter's entries of a
         (members × parameters) tensor, from one fused `torch._foreach_norm` as a run alone computes them."""
-        views = [v for m in range(self.size) for v in self.member_tensors(tensor, m)]
+        views = self._views.get(id(tensor)) if tensor is self.grad_flat or tensor is self.flat else None
+        if views is None:
+            views = [v for m in range(self.size) for v in self.member_tensors(tensor, m)]
+            if tensor is self.grad_flat or tensor is self.flat:  # made once: a step's host work stays small
+                self._views[id(tensor)] = views
         return squared_norms(views).view(self.size, len(self.names))
 
 
