@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -189,11 +190,8 @@ class StackedRun:
             try:
                 if member._start():
                     started.append(member)
-            except (
-                Interrupted,
-                KeyboardInterrupt,
-            ) as e:  # before training: nothing to save, every member stops
-                for other in members:
+            except (Interrupted, KeyboardInterrupt) as e:
+                for other in members:  # before training: nothing to save, every member stops
                     if other.alive:
                         other.handle(e)
                 return
@@ -205,7 +203,7 @@ class StackedRun:
         for group in by_step.values():  # members resumed from different steps train as separate stacks
             if self.stop():
                 for member in group:
-                    member.handle(Interrupted(self.stop.signum or 15))
+                    member.handle(Interrupted(self.stop.signum or signal.SIGTERM))
                 continue
             self._train_group(group)
 
