@@ -122,12 +122,13 @@ def interrupt(tmp_path: Path, sweep_dir: Path, argv: list[str], signum: int, rng
 @pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_signal_saves_every_member_and_the_sweep_continues_bit_for_bit(tmp_path, cache_dir, signame):
-    steps = 300
+    steps = 150
     jobs = (
         "seed=0,1,2",
         f"train.max_steps={steps}",
-        "train.eval_every=100",
+        "train.eval_every=50",
         "train.ckpt_every=50",
+        "train.flush_every=1",  # every step on disk as it is made: the signal lands mid-training
         "hydra.launcher.n_jobs=1",  # one stack of three
     )
     code, out = sweep(tmp_path, cache_dir, "reference", "stacked", *jobs)
@@ -142,7 +143,6 @@ def test_a_signal_saves_every_member_and_the_sweep_continues_bit_for_bit(tmp_pat
         "hydra/launcher=stacked",
         f"hydra.sweep.dir={sweep_dir}",
         *jobs,
-        "train.flush_every=1",
     ]
     signum = int(signal.Signals[signame])
     output = interrupt(tmp_path, sweep_dir, argv, signum, rng)
