@@ -4,6 +4,7 @@ against an uninterrupted sweep (normlab.sweeps.soak has the details).
 
     python scripts/soak_sweep.py                                  # N=8 jobs × 1200 steps, M=16 faults
     python scripts/soak_sweep.py --jobs 3 --faults 3 --steps 600  # a small one
+    python scripts/soak_sweep.py --launcher stacked               # the same faults to a stacked sweep
     python scripts/soak_sweep.py --workdir outputs/soak --json soak.json
 
 Besides signals, about a third of the M faults are file faults between invocations (a metrics.jsonl cut
@@ -58,6 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-disk-full", action="store_true", help="leave out the full-disk fault (it needs root)"
     )
     p.add_argument(
+        "--launcher",
+        choices=("joblib", "stacked"),
+        default="joblib",
+        help="hydra/launcher: the process pool, or stacked (--parallel stacks of the jobs as one model each)",
+    )
+    p.add_argument(
         "--workdir", type=Path, default=None, help="where the two sweeps go (default: a temporary folder)"
     )
     p.add_argument("--json", type=Path, default=None, help="also write the full result as JSON here")
@@ -79,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         file_share=args.file_share,
         concurrent_runs=args.concurrent_runs,
         disk_full=not args.no_disk_full,
+        launcher=args.launcher,
     )
     print(f"soak in {workdir} (sweep output: {workdir / 'soak.log'})", flush=True)
     result = soak(spec)

@@ -191,3 +191,48 @@ def test_norm_op_benchmark_reports_both_norms_per_shape(repo_root, tmp_path):
 def test_embedding_rank_benchmark_times_both_routes(repo_root):
     proc = run(repo_root, "scripts/bench_embedding_rank.py", "--presets=tiny", "--repeats=2", "--threads=1")
     assert "by the Gram route" in proc.stdout and "by the SVD" in proc.stdout and "of a step" in proc.stdout
+
+
+TINY_STACK = ["model=tiny", "depth=1", "data.vocab_size=256", "train.seq_len=8", "data.n_train_stories=200"]
+
+
+def test_stack_benchmark_in_process_reports_the_ratio(repo_root, tmp_path):
+    out = tmp_path / "stack.json"
+    run(
+        repo_root,
+        "scripts/bench_stack.py",
+        "--in-process",
+        "--members=2",
+        "--batch=2",
+        "--repeats=2",
+        "--block-steps=3",
+        f"--json={out}",
+        *TINY_STACK,
+    )
+    result = json.loads(out.read_text())
+    assert (
+        result["ratio"] > 0
+        and result["alone_tokens_per_cpu_s"] > 0
+        and result["stacked_tokens_per_cpu_s"] > 0
+    )
+
+
+def test_stack_benchmark_runs_every_mode_as_a_sweep(repo_root, tmp_path):
+    """The sweep modes on the CPU, with the path --device cuda takes (every mode a real `-m` sweep)."""
+    out = tmp_path / "stack.json"
+    proc = run(
+        repo_root,
+        "scripts/bench_stack.py",
+        "--members=2",
+        "--steps=3",
+        "--batch=2",
+        "--alone-runs=1",
+        "--stacked-jobs=1",
+        f"--json={out}",
+        *TINY_STACK,
+        "metrics.dense_until=0",
+    )
+    assert "| stacked n_jobs=1 | 2 |" in proc.stdout and "vs one alone" in proc.stdout
+    table = {row["mode"]: row for row in json.loads(out.read_text())["table"]}
+    assert set(table) == {"one at a time", "joblib n_jobs=2", "stacked n_jobs=1"}
+    assert table["one at a time"]["ratio"] == 1.0 and table["stacked n_jobs=1"]["tokens_per_s"] > 0

@@ -58,3 +58,31 @@ def test_submitit_starts_local_controllers_with_its_module_subprocess_popen():
     import subprocess
 
     assert local.subprocess is subprocess
+
+
+def test_fused_adamw_kernel_is_adamw():
+    """normlab.train.stacked.optim calls the kernel torch.optim.AdamW(fused=True) calls, member by member,
+    with each member's hyperparameters: it must keep AdamW's signature and arithmetic."""
+    g = torch.Generator().manual_seed(0)
+    p, grad = torch.randn(5, generator=g), torch.randn(5, generator=g)
+    ref = torch.nn.Parameter(p.clone())
+    ref.grad = grad.clone()
+    opt = torch.optim.AdamW([ref], lr=0.01, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1, fused=True)
+    opt.step()
+    ours, m, v, step = p.clone(), torch.zeros(5), torch.zeros(5), torch.tensor(1.0)
+    torch._fused_adamw_(
+        [ours],
+        [grad],
+        [m],
+        [v],
+        [],
+        [step],
+        amsgrad=False,
+        lr=0.01,
+        beta1=0.8,
+        beta2=0.9,
+        weight_decay=0.1,
+        eps=1e-6,
+        maximize=False,
+    )
+    torch.testing.assert_close(ours, ref.detach(), rtol=0, atol=0)

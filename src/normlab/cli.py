@@ -50,14 +50,19 @@ class JobFailed(UserError):
 
 
 def threads_for_job(requested: int | None) -> int | None:
-    """One torch thread per job under a parallel launcher (joblib): n_jobs processes then share the cores."""
+    """One torch thread per job under a parallel launcher (joblib): n_jobs processes then share the cores; under
+    the stacked launcher, the cores divided by its n_jobs."""
     if requested:
         return int(requested)
     hydra_cfg = HydraConfig.get()
-    parallel = (
-        hydra_cfg.mode == RunMode.MULTIRUN and hydra_cfg.runtime.choices.get("hydra/launcher") == "joblib"
-    )
-    return 1 if parallel else None
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return None
+    launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
+    if launcher == "stacked":  # a run that could not be stacked: the cores shared by the stacks at once
+        from normlab.sweeps.stacked import threads_per_stack
+
+        return threads_per_stack(int(OmegaConf.select(hydra_cfg, "launcher.n_jobs") or 1))
+    return 1 if launcher == "joblib" else None
 
 
 # launchers that run a sweep's jobs at the same time, each in its own process sharing the terminal
@@ -82,11 +87,13 @@ def sweep_group() -> str | None:
 
 def resume_command(run_dir: Path, resume: str | None) -> str:
     """The command that continues this job in its own directory: its overrides, train.resume, the run dir."""
-    overrides = [
-        o
-        for o in HydraConfig.get().overrides.task
-        if not o.lstrip("+~").startswith(("train.resume=", "hydra."))
-    ]
+    return command_to_resume(list(HydraConfig.get().overrides.task), run_dir, resume)
+
+
+def command_to_resume(task_overrides: list[str], run_dir: Path, resume: str | None) -> str:
+    """The command that continues the job of these overrides in `run_dir` (a stacked sweep's members each
+    have theirs: one run alone continues from a member's checkpoint)."""
+    overrides = [o for o in task_overrides if not o.lstrip("+~").startswith(("train.resume=", "hydra."))]
     extra = [f"hydra.run.dir={hydra_value(str(run_dir))}"]
     if resume:
         extra.insert(0, f"train.resume={hydra_value(resume)}")
@@ -156,6 +163,62 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
             run_dir,
         )
     return summary["final_val_loss"]
+
+
+def run_stacked_jobs(jobs: list[Any], threads: int | None = None) -> list[Any]:
+    """Run the jobs of a stacked group (normlab.sweeps.stacked: each a `StackedJob`) as one stack; returns,
+    per job, what run_hydra_job would return for it, or the exception it would raise."""
+    from normlab.train.stacked.run import MemberRun, StackedRun
+
+    stop = launchers.stop_request()
+    members = []
+    for job in jobs:
+        members.append(
+            MemberRun(
+                job.cfg,
+                job.run_dir,
+                group=job.wandb_group,
+                stop=stop,
+                resume_command=lambda run_dir, resume, o=job.overrides: command_to_resume(o, run_dir, resume),
+                as_job=job.as_job,
+                side_by_side=True,  # several runs in one process: progress lines, no bars
+            )
+        )
+    requested = jobs[0].cfg.train.num_threads
+    summaries = StackedRun(members, stop, requested if isinstance(requested, int) else threads).execute()
+    outcomes: list[Any] = []
+    for member, summary in zip(members, summaries, strict=True):
+        if summary is None or member.error is not None:
+            error = member.error or UserError("the run directory could not be used")
+            if not isinstance(error, UserError):
+                error.normlab_crash = True  # type: ignore[attr-defined]
+            else:
+                print(f"error: {error}", file=sys.stderr)
+                error = JobFailed(str(error))
+            outcomes.append(error)
+            continue
+        status = summary["status"]
+        if status == "failed":
+            print(f"error: {summary['reason']}", file=sys.stderr)
+            outcomes.append(JobFailed(str(summary["reason"])))
+        elif status == "interrupted":
+            print(
+                f"interrupted: {summary['reason']} Summary in {member.run_dir / 'summary.json'}.",
+                file=sys.stderr,
+            )
+            outcomes.append(None)
+        else:
+            if status not in ("invalid",):
+                log.info(
+                    "%s: %s after %d steps, final val loss %s (%s)",
+                    summary["name"],
+                    status,
+                    summary["steps"],
+                    summary["final_val_loss"],
+                    member.run_dir,
+                )
+            outcomes.append(summary["final_val_loss"])
+    return outcomes
 
 
 def fail(reason: str, multirun: bool) -> None:

@@ -5,7 +5,7 @@ it builds are named here; what they do is in `normlab.sweeps` (see its docstring
 `normlab.sweeps.NormlabLaunchers` puts them in place of Hydra's own when a multirun starts.
 """
 
-from normlab.sweeps import in_process, pool
+from normlab.sweeps import in_process, pool, stacked
 
 
 class InProcessLauncher(in_process.InProcessLauncher):
@@ -14,6 +14,10 @@ class InProcessLauncher(in_process.InProcessLauncher):
 
 class LocalPoolLauncher(pool.LocalPoolLauncher):
     """hydra/launcher=joblib: n_jobs jobs at once, each in a process of its own."""
+
+
+class StackedLauncher(stacked.StackedLauncher):
+    """hydra/launcher=stacked: the jobs that share a compute graph trained as one stacked model."""
 
 
 try:

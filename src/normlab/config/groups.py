@@ -162,7 +162,10 @@ class TrainConfig(Knobs):
         gt=0,
     )
     num_threads: Optional[int] = knob(
-        None, "torch threads per run; null = all cores, or 1 per job under the joblib launcher", ge=1
+        None,
+        "torch threads per run; null = all cores, or 1 per job under the joblib launcher (the cores divided by "
+        "hydra.launcher.n_jobs under the stacked launcher)",
+        ge=1,
     )
     flush_every: int = knob(
         10, "move metrics to the host every this many steps (fewer device syncs on GPU)", ge=1

@@ -51,16 +51,20 @@ class ParamLayout:
         self.part_ids = torch.tensor([i for i in part_ids if i >= 0], device=device)
 
     def layer_sums(self, per_param: torch.Tensor) -> torch.Tensor:
-        """Sum a per-parameter vector into (n_layers,) per-block totals (parameters outside blocks dropped)."""
-        out = torch.zeros(self.n_layers + 1, device=per_param.device, dtype=per_param.dtype)
-        return out.index_add_(0, self.layer_ids, per_param)[: self.n_layers]
+        """Sum a per-parameter vector into (n_layers,) per-block totals (parameters outside blocks dropped);
+        over the last dimension, so a stack of runs' vectors (members, parameters) sums row by row."""
+        lead = per_param.shape[:-1]
+        out = torch.zeros(*lead, self.n_layers + 1, device=per_param.device, dtype=per_param.dtype)
+        return out.index_add_(-1, self.layer_ids, per_param)[..., : self.n_layers]
 
     def part_sums(self, per_param: torch.Tensor) -> torch.Tensor:
-        """Sum a per-parameter vector into (n_layers · len(SUBLAYERS),) per-(block, part) totals."""
+        """Sum a per-parameter vector into (n_layers · len(SUBLAYERS),) per-(block, part) totals (over the
+        last dimension, as `layer_sums`)."""
+        lead = per_param.shape[:-1]
         out = torch.zeros(
-            self.n_layers * len(names.SUBLAYERS), device=per_param.device, dtype=per_param.dtype
+            *lead, self.n_layers * len(names.SUBLAYERS), device=per_param.device, dtype=per_param.dtype
         )
-        return out.index_add_(0, self.part_ids, per_param[self.part_index])
+        return out.index_add_(-1, self.part_ids, per_param[..., self.part_index])
 
 
 def squared_norms(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -287,10 +287,18 @@ class WandbSink(RowSink):
         self.run, self.wandb, self._start = run, wandb, start
 
     @classmethod
-    def open(cls, cfg: Mapping[str, Any], run_dir: Path, group: str, fresh: bool = False) -> WandbSink | None:
+    def open(
+        cls,
+        cfg: Mapping[str, Any],
+        run_dir: Path,
+        group: str,
+        fresh: bool = False,
+        concurrent: bool = False,
+    ) -> WandbSink | None:
         """A sink that starts the W&B run (online, else offline) with the first metrics row, or None with
         one line saying why W&B is off. The mode is decided now, so a bad `logger.mode` is reported first.
-        The W&B run is the one whose id `run_dir` keeps (a resume), a new one when `fresh` or none is kept."""
+        The W&B run is the one whose id `run_dir` keeps (a resume), a new one when `fresh` or none is kept.
+        `concurrent`: other W&B runs of this process stay open beside it (the members of a stack)."""
         lcfg = WandbConfig.of(cfg["logger"])
         try:
             import wandb
@@ -320,7 +328,7 @@ class WandbSink(RowSink):
                 rid = None
             for attempt in ("online", "offline") if mode == "online" else ("offline",):
                 try:
-                    run = cls._init(wandb, cfg, run_dir, group, attempt, job_type, rid)
+                    run = cls._init(wandb, cfg, run_dir, group, attempt, job_type, rid, concurrent)
                     break
                 except Exception as e:  # any W&B failure must leave training running
                     first_line = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
@@ -342,6 +350,7 @@ class WandbSink(RowSink):
         mode: str,
         job_type: str = "train",
         run_id: str | None = None,
+        concurrent: bool = False,
     ) -> Any:
         lcfg = WandbConfig.of(cfg["logger"])
         settings = wandb.Settings(
@@ -351,7 +360,8 @@ class WandbSink(RowSink):
             x_disable_stats=not lcfg.system_stats,
             console="off",  # leave stdout/stderr (and the progress bar) alone
             silent=True,  # we print the one line that matters ourselves
-            reinit="finish_previous",  # jobs of a multirun in one process each get their own run
+            # jobs of a multirun in one process each get their own run; a stack's members run side by side
+            reinit="create_new" if concurrent else "finish_previous",
         )
         run = wandb.init(
             id=run_id,

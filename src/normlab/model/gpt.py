@@ -13,6 +13,7 @@ from torch import nn
 from normlab.model.config import ModelConfig
 from normlab.model.norms import NORMS, build_norm, build_qk_norm, norm_spec
 from normlab.model.placements import PLACEMENTS, Slots, placement_spec
+from normlab.model.stackable import Linear, causal_attention
 from normlab.model.variant import INITS, POSITIONS, InvalidVariant, Spec, check_heads, check_variant
 
 # What flows from block to block: the residual stream x, or (x, d) with ResiDual's second stream d.
@@ -63,8 +64,8 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         check_heads(d_model, n_heads)
         self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.qkv = Linear(d_model, 3 * d_model, bias=bias)
+        self.out = Linear(d_model, d_model, bias=bias)
         self.q_norm = build_qk_norm(qk_norm, d_model // n_heads)
         self.k_norm = build_qk_norm(qk_norm, d_model // n_heads)
         self.dropout = dropout
@@ -82,9 +83,7 @@ class CausalSelfAttention(nn.Module):
         q, k = self.q_norm(q), self.k_norm(k)
         if taps is not None:
             taps.append(max_causal_logit(q, k))
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-        )
+        y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(b, t, d))
 
     def output_shift_biases(self) -> list[tuple[nn.Parameter, slice]]:
@@ -101,8 +100,8 @@ class CausalSelfAttention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, mult: int, bias: bool) -> None:
         super().__init__()
-        self.up = nn.Linear(d_model, mult * d_model, bias=bias)
-        self.down = nn.Linear(mult * d_model, d_model, bias=bias)
+        self.up = Linear(d_model, mult * d_model, bias=bias)
+        self.down = Linear(mult * d_model, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor, taps: list[torch.Tensor] | None = None) -> torch.Tensor:
         """`taps` is accepted as every sublayer accepts it; the feed-forward measures nothing."""
@@ -278,7 +277,7 @@ class GPT(nn.Module):
             for slots in self.layer_slots
         )
         self.final_norm = build_norm(d_model, norm, context_length) if where.final_norm else nn.Identity()
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.head = Linear(d_model, vocab_size, bias=False)
         if tie_embeddings:
             self.head.weight = self.tok_emb.weight
         beta = kind.init_gain(n_layers) if kind.init_gain is not None else None

@@ -138,14 +138,22 @@ class _RMSNormCPU(torch.autograd.Function):
     for the −rstd·mean(g') that LayerNorm's mean-centering contributes, which is added back.
     """
 
-    @staticmethod
-    def forward(ctx, x, weight, eps):  # noqa: ANN001
-        rstd = torch.linalg.vector_norm(x, 2, -1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
-        ctx.save_for_backward(x, rstd, weight)
-        return torch.mul(x, rstd).mul_(weight)
+    generate_vmap_rule = True  # a stack of runs (normlab.train.stacked) runs it under torch.vmap
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: ANN001
+    def forward(x, weight, eps):  # noqa: ANN001, ANN205
+        norm = torch.linalg.vector_norm(x, 2, -1, keepdim=True)
+        rstd = norm.mul_(norm).div_(x.shape[-1]).add_(eps).rsqrt_()  # mul_, not square_: vmap has its rule
+        return torch.mul(x, rstd).mul_(weight), rstd
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # noqa: ANN001, ANN205
+        x, weight, _ = inputs
+        ctx.save_for_backward(x, output[1], weight)
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad, _):  # noqa: ANN001
         x, rstd, weight = ctx.saved_tensors
         want_x, want_w = ctx.needs_input_grad[:2]
         d = x.shape[-1]
@@ -175,7 +183,7 @@ class RMSNorm(nn.Module):
         x32 = x if x.dtype == dtype else x.to(dtype)
         w32 = self.weight if self.weight.dtype == dtype else self.weight.to(dtype)
         if (x.device.type == "cpu" and not torch.compiler.is_compiling()) or not hasattr(F, "rms_norm"):
-            y = _RMSNormCPU.apply(x32, w32, self.eps)
+            y = _RMSNormCPU.apply(x32, w32, self.eps)[0]
         else:
             y = F.rms_norm(x32, (x.shape[-1],), w32, self.eps)
         return y if y.dtype == x.dtype else y.to(x.dtype)
@@ -233,8 +241,11 @@ class CausalBatchNorm(nn.Module):
                 var = x32.var(0, unbiased=False)
             with torch.no_grad():
                 n = x.shape[0] * ranks
-                self.running_mean[:t].lerp_(mean, self.momentum)
-                self.running_var[:t].lerp_(var * (n / max(n - 1, 1)), self.momentum)
+                # lerp, then copy_: the same values as an in-place lerp_, which has no rule for torch.vmap
+                # (a stack of runs, normlab.train.stacked, updates its members' statistics under it)
+                mean_now, var_now = self.running_mean[:t], self.running_var[:t]
+                mean_now.copy_(torch.lerp(mean_now, mean, self.momentum))
+                var_now.copy_(torch.lerp(var_now, var * (n / max(n - 1, 1)), self.momentum))
             y = (x32 - mean) * torch.rsqrt(var + self.eps)
         else:
             y = (x.float() - self.running_mean[:t]) * torch.rsqrt(self.running_var[:t] + self.eps)

@@ -7,6 +7,7 @@ types:
 |---|---|---|
 | `basic` (default) | one after another, in the sweep's process | `in_process.py` |
 | `joblib` | `n_jobs` at a time, each in a fresh process of its own | `pool.py`, `worker.py` |
+| `stacked` | the jobs that share a compute graph as one stacked model, `n_jobs` stacks at once | `stacked.py`, `pool.py` |
 | `submitit_local` | all at once, as local submitit jobs | `submitit.py` |
 | `slurm` | as SLURM jobs (configs/hydra/launcher/slurm.yaml) | `submitit.py` |
 

@@ -96,7 +96,7 @@ def signals_blocked() -> Iterator[None]:
 
 @dataclass
 class Running:
-    job: Job
+    jobs: list[Job]  # one job, or a stack of them (normlab.sweeps.stacked) trained by one process
     process: subprocess.Popen
     result: Path
 
@@ -106,14 +106,23 @@ class LocalPoolLauncher(SweepLauncher):
         super().__init__()
         self.n_jobs = n_jobs
 
+    def units(self, jobs: Sequence[Job]) -> list[list[Job]]:
+        """What each process runs: one job each (the stacked launcher makes groups of them)."""
+        return [[job] for job in jobs]
+
     def run_jobs(self, jobs: Sequence[Job]) -> dict[int, Ran]:
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        pending = self.units(jobs)  # first: the stacked launcher decides n_jobs there
         n_jobs = effective_n_jobs(int(self.n_jobs))
-        log.info("normlab local pool: %d jobs, %d at a time, each in its own process", len(jobs), n_jobs)
+        log.info(
+            "normlab local pool: %d jobs in %d processes, %d at a time",
+            len(jobs),
+            len(pending),
+            n_jobs,
+        )
         common = cloudpickle.dumps(
             (self.hydra_context, self.config, self.task_function, Singleton.get_state())
         )
-        pending = list(jobs)
         running: dict[int, Running] = {}
         ran: dict[int, Ran] = {}
         stop = SweepStop(lambda signum: sum(send(r.process.pid, signum) for r in list(running.values())))
@@ -130,29 +139,30 @@ class LocalPoolLauncher(SweepLauncher):
                         with signals_blocked():
                             if stop():
                                 break
-                            job = pending.pop(0)
-                            running[job.num] = self._start(job, common, results)
+                            unit = pending.pop(0)
+                            key = unit[0].num
+                            running[key] = self._start(unit, common, results)
                             if stop.signum is not None:
                                 # the mask holds in this thread only: a signal another thread took (torch
                                 # starts one) runs its handler here, mid-start, before the job was in
                                 # `running`; it waits, blocked, in the new process until its handlers are in
-                                send(running[job.num].process.pid, stop.signum)
+                                send(running[key].process.pid, stop.signum)
                     if stop():
                         pending.clear()
-                    for num, r in list(running.items()):
+                    for key, r in list(running.items()):
                         if r.process.poll() is not None:
-                            ran[num] = collect(r)
-                            del running[num]
-                    ticker.tick({num: r.job for num, r in running.items()}, len(ran))
+                            ran.update(collect(r))
+                            del running[key]
+                    ticker.tick({job.num: job for r in running.values() for job in r.jobs}, len(ran))
                     time.sleep(POLL_S)
         finally:
             shutil.rmtree(results, ignore_errors=True)
         self.stopped_by = stop.signum
         return ran
 
-    def _start(self, job: Job, common: bytes, results: Path) -> Running:
-        """Start `job`'s process; call with the stop signals blocked (see `signals_blocked`)."""
-        result = results / f"{job.num}.pkl"
+    def _start(self, unit: list[Job], common: bytes, results: Path) -> Running:
+        """Start the process of `unit`; call with the stop signals blocked (see `signals_blocked`)."""
+        result = results / f"{unit[0].num}.pkl"
         process = subprocess.Popen(
             [sys.executable, "-m", "normlab.sweeps.worker", str(result), str(os.getpid())],
             stdin=subprocess.PIPE,
@@ -160,15 +170,16 @@ class LocalPoolLauncher(SweepLauncher):
         )
         assert process.stdin is not None
         with contextlib.suppress(BrokenPipeError):  # it died at once: collect() says how
-            process.stdin.write(cloudpickle.dumps((common, job.num, job.overrides)))
+            process.stdin.write(cloudpickle.dumps((common, [(job.num, job.overrides) for job in unit])))
             process.stdin.close()
-        return Running(job, process, result)
+        return Running(unit, process, result)
 
 
-def collect(r: Running) -> Ran:
-    """The JobReturn a finished worker left, or what is known of one that died without leaving it."""
+def collect(r: Running) -> dict[int, Ran]:
+    """The JobReturns a finished worker left, by job number, or what is known of one that died without
+    leaving them."""
     try:
-        ret = cloudpickle.loads(r.result.read_bytes())
+        returns = cloudpickle.loads(r.result.read_bytes())
     except (OSError, EOFError, cloudpickle.pickle.UnpicklingError):
-        return Ran(None, died=r.process.returncode)
-    return Ran(ret)
+        return {job.num: Ran(None, died=r.process.returncode) for job in r.jobs}
+    return {job.num: Ran(returns.get(job.num)) for job in r.jobs}

@@ -307,6 +307,7 @@ class SoakSpec:
     file_share: float = 0.35  # of the M faults, about this share are file faults between invocations
     concurrent_runs: int = 2  # pairs of single runs started together into one directory, after the sweep
     disk_full: bool = True  # job 0 alone on a small tmpfs (skipped where none can be mounted)
+    launcher: str = "joblib"  # hydra/launcher=: joblib (the pool), or stacked (the jobs as one model)
     overrides: tuple[str, ...] = (
         "model=tiny",
         "logger=none",
@@ -332,7 +333,7 @@ class SoakSpec:
             f"train.max_steps={self.steps}",
             f"train.ckpt_every={self.ckpt_every}",
             f"seed={','.join(str(s) for s in range(self.jobs))}",
-            "hydra/launcher=joblib",
+            f"hydra/launcher={self.launcher}",
             f"hydra.launcher.n_jobs={self.parallel}",
             f"hydra.sweep.dir={sweep_dir}",
             *(["train.resume=auto"] if resume else []),

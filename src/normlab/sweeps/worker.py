@@ -1,11 +1,13 @@
-"""`python -m normlab.sweeps.worker RESULT_FILE PARENT_PID`: one job of a local-pool sweep (normlab.sweeps.pool).
+"""`python -m normlab.sweeps.worker RESULT_FILE PARENT_PID`: one job of a local-pool sweep (normlab.sweeps.pool),
+or one stack of jobs (normlab.sweeps.stacked).
 
-Reads the pickled job from stdin — Hydra's context, the sweep's config, the task function, Hydra's global
-state, the job's number and overrides — runs it as Hydra's launchers do, and writes the JobReturn to
-RESULT_FILE (atomically; None for a job a signal stopped before it began) — unless the parent is gone by
-then (SIGKILL): nobody would read it, so the job removes the results folder instead. The process starts
-with the stop signals blocked (the parent blocks them while starting it): they wait until a stop request is
-installed, and until the run installs its own, a signal abandons the job before it has begun training.
+Reads the pickled jobs from stdin — Hydra's context, the sweep's config, the task function, Hydra's global
+state, each job's number and overrides — runs one job as Hydra's launchers do, or several as one stack, and
+writes their JobReturns to RESULT_FILE, by job number (atomically; None for a job a signal stopped before
+it began) — unless the parent is gone by then (SIGKILL): nobody would read it, so the process removes the
+results folder instead. The process starts with the stop signals blocked (the parent blocks them while
+starting it): they wait until a stop request is installed, and until the run installs its own, a signal
+abandons the job before it has begun training.
 """
 
 from __future__ import annotations
@@ -30,11 +32,20 @@ from normlab.sweeps.jobs import job_config
 from normlab.train.signals import STOP_SIGNALS, Interrupted, StopRequest
 
 
-def run(payload: bytes) -> JobReturn:
-    common, num, overrides = cloudpickle.loads(payload)
+def run(payload: bytes) -> dict[int, JobReturn | None]:
+    common, jobs = cloudpickle.loads(payload)
     context, config, task_function, singletons = cloudpickle.loads(common)
     setup_globals()
     Singleton.set_state(singletons)
+    if len(jobs) > 1:
+        from normlab.sweeps.stacked import run_group
+
+        return run_group(context, config, jobs)
+    num, overrides = jobs[0]
+    return {num: run_one(context, config, task_function, num, overrides)}
+
+
+def run_one(context: Any, config: Any, task_function: Any, num: int, overrides: list[str]) -> JobReturn:
     cfg = job_config(context, config, overrides, num)
     HydraConfig.instance().set_config(cfg)
     return run_job(
@@ -46,13 +57,15 @@ def run(payload: bytes) -> JobReturn:
     )
 
 
-def picklable(ret: JobReturn) -> bytes:
-    """The JobReturn as bytes; an exception that does not pickle travels as its text."""
+def picklable(returns: dict[int, JobReturn | None]) -> bytes:
+    """The JobReturns as bytes; an exception that does not pickle travels as its text."""
     try:
-        return cloudpickle.dumps(ret)
+        return cloudpickle.dumps(returns)
     except Exception:
-        ret.return_value = RuntimeError(f"{type(ret._return_value).__name__}: {ret._return_value}")
-        return cloudpickle.dumps(ret)
+        for ret in returns.values():
+            if ret is not None:
+                ret.return_value = RuntimeError(f"{type(ret._return_value).__name__}: {ret._return_value}")
+        return cloudpickle.dumps(returns)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,11 +75,13 @@ def main(argv: list[str] | None = None) -> None:
     # everything the job imports, while the stop signals are still blocked: a signal that interrupted an
     # import half-way would leave a module half-initialised (a pending one is delivered below, cleanly)
     import normlab.cli  # noqa: F401
+    import normlab.sweeps.stacked  # noqa: F401
     import normlab.train.run  # noqa: F401
+    import normlab.train.stacked.run  # noqa: F401
 
     if os.getppid() != parent or not payload:  # the sweep's parent is gone already: nothing to run
         return
-    ret: Any = None
+    ret: dict[int, JobReturn | None] = {}
     parent_started = watchdog.start_time(parent)
     with StopRequest().installed():  # a signal before the run takes over: abandon the job (Interrupted)
         watchdog.watch(parent, parent_started)
@@ -74,15 +89,16 @@ def main(argv: list[str] | None = None) -> None:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
             ret = run(payload)
         except (Interrupted, KeyboardInterrupt):
-            ret = None
+            ret = {}
     for s in STOP_SIGNALS:  # the job is over: a late signal must not cut the result short
         signal.signal(s, signal.SIG_IGN)
-    print_crash(ret)
-    answer(result, picklable(ret) if ret is not None else cloudpickle.dumps(None), parent, parent_started)
+    for one in ret.values():
+        print_crash(one)
+    answer(result, picklable(ret), parent, parent_started)
 
 
 def answer(result: Path, payload: bytes, parent: int, parent_started: str | None) -> None:
-    """Hand the job's return to the parent through `result`; if the parent is gone, remove the results
+    """Hand the jobs' returns to the parent through `result`; if the parent is gone, remove the results
     folder instead (the other orphaned jobs do the same; whichever comes last leaves nothing behind)."""
     if watchdog.alive(parent, parent_started):
         with contextlib.suppress(FileNotFoundError):  # removed meanwhile by a job that saw the parent die

@@ -191,11 +191,38 @@ def culprit(cfg: Mapping[str, Any], model_state: int, needed: int, available: in
     return "train.batch_size", f"train.batch_size={batch} (with train.seq_len={seq_len})", fix
 
 
-def check_fits(cfg: Mapping[str, Any], device: torch.device, world_size: int = 1) -> None:
-    """Raise InvalidConfig (one sentence) when the run cannot fit in the memory available now."""
-    problem = refusal(cfg, estimate(cfg, world_size), host_available(), device_available(device))
+def check_fits(cfg: Mapping[str, Any], device: torch.device, world_size: int = 1, runs: int = 1) -> None:
+    """Raise InvalidConfig (one sentence) when the run — or `runs` such runs stacked in one model
+    (normlab.train.stacked) — cannot fit in the memory available now."""
+    est = estimate(cfg, world_size)
+    if runs > 1:
+        est = MemoryEstimate(
+            est.params * runs, est.model_state * runs, est.activations * runs, est.windows * runs
+        )
+    problem = refusal(cfg, est, host_available(), device_available(device))
     if problem is not None:
+        if runs > 1:
+            raise InvalidConfig(
+                f"{runs} runs stacked in one model do not fit: {problem} Or stack fewer runs "
+                "(hydra.launcher.max_stack).",
+                problem.key,
+            )
         raise problem
+
+
+def stack_fits(cfg: Mapping[str, Any], device: torch.device) -> int:
+    """How many runs of `cfg` fit in memory stacked in one model (at least 1: a run that does not fit alone
+    is refused by its own check); None-free: where availability is unknown, as many as asked."""
+    est = estimate(cfg)
+    host, dev = host_available(), device_available(device)
+    limits = []
+    if dev is not None:
+        limits.append(dev // max(est.model_state + est.activations, 1))
+        if host is not None:
+            limits.append(host // max(est.windows, 1))
+    elif host is not None:
+        limits.append(host // max(est.total, 1))
+    return max(1, min(limits)) if limits else 1 << 30
 
 
 def out_of_memory(exc: BaseException) -> bool:

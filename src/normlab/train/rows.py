@@ -63,11 +63,14 @@ class PendingRows:
     def full(self) -> bool:
         return len(self.entries) >= self.flush_every
 
-    def flush(self) -> bool:
+    def flush(self, values: list[list[float]] | None = None) -> bool:
+        """Make the pending rows; `values`, when given, are their row tensors already on the host (a stack of
+        runs moves every member's rows in one transfer: normlab.train.stacked)."""
         if not self.entries:
             return True
         result = self.result
-        values = torch.stack([entry[2] for entry in self.entries]).tolist()
+        if values is None:
+            values = torch.stack([entry[2] for entry in self.entries]).tolist()
         now = time.perf_counter()
         tps = self.window_steps * self.tokens_per_step / max(now - self.window_start, 1e-9)
         self.window_start, self.window_steps = now, 0

@@ -1,0 +1,309 @@
+"""Many small runs on one device: one sweep trained one run at a time, as parallel processes
+(`hydra/launcher=joblib`) and stacked (`hydra/launcher=stacked`), each as a user runs it.
+
+    python scripts/bench_stack.py                       # CPU: 4 seeds of model=tiny, 200 steps
+    python scripts/bench_stack.py --device cuda         # GPU: 32 seeds of model=small, probes on
+
+Every mode is the real command, `python -m normlab -m seed=0,…,S-1 … hydra/launcher=…` (one-at-a-time is
+`hydra/launcher=basic` over the first `--alone-runs` jobs of the same sweep), with the default metrics
+(probes on). What is measured, per sweep:
+
+- wall: the sweep's wall time, start-up, data, compilation and evaluation included;
+- tokens/s summed: the training throughput of the device while the sweep trains, from the runs' own
+  `tokens_per_s` (summary.json: steady state, the first flush window left out): for the stacked launcher
+  the members' sum (each member reports its share of the stack's step), for joblib the mean run's times
+  the runs at once, for one-at-a-time one run's;
+- vs one alone: that sum over one-at-a-time's.
+
+The modes run in A B … | … B A blocks (`--repeats` of them), and each number is the median over blocks:
+a machine shared with other work slows every mode alike within a block. The machine's load average is
+printed with each block. With `--device cpu` the same code path runs on the CPU (the GPU mode's sweep sizes
+can be tried there with `--members`, `--model`).
+
+`--in-process` measures the work instead, where a busy machine makes wall times meaningless: in one process
+on one torch thread, the sweep's runs trained one after another by the single-run Trainer against the same
+runs as one StackedTrainer, steady steps only (past the dense start, instrumented every `metrics.every`
+steps, rows moved to the host every `train.flush_every`), in A B | B A blocks of `--block-steps` steps
+timed by this process's CPU time. Its ratio is what one core gives stacked against alone, which is what
+`hydra/launcher=stacked hydra.launcher.n_jobs=C` (one thread per stack) against `joblib` on C cores comes
+to, start-up aside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULTS = {  # device → (model, members, steps, batch, joblib's n_jobs, one-at-a-time runs)
+    "cpu": ("tiny", 4, 200, 16, 2, 4),
+    "cuda": ("small", 32, 300, 32, 8, 2),
+}
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    launcher: str
+    n_jobs: int
+    runs: int  # jobs of the sweep this mode trains
+
+
+def load_average() -> float:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return float("nan")
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"cpu ({cores} cores)"
+
+
+def sweep_command(args: argparse.Namespace, mode: Mode, sweep_dir: Path) -> list[str]:
+    seeds = ",".join(str(s) for s in range(mode.runs))
+    command = [
+        sys.executable,
+        "-m",
+        "normlab",
+        "-m",
+        f"seed={seeds}",
+        f"model={args.model}",
+        "data=synthetic",
+        "logger=none",
+        f"train.device={args.device}",
+        f"train.max_steps={args.steps}",
+        f"train.batch_size={args.batch}",
+        "train.eval_every=0",
+        "train.eval_batches=2",
+        "train.sample_tokens=0",
+        "train.progress=false",
+        f"hydra/launcher={mode.launcher}",
+        f"hydra.sweep.dir={sweep_dir}",
+        *args.overrides,
+    ]
+    if mode.launcher in ("joblib", "stacked"):
+        command.append(f"hydra.launcher.n_jobs={mode.n_jobs}")
+    if mode.launcher == "stacked":
+        command.append(f"hydra.launcher.max_stack={args.max_stack}")
+    return command
+
+
+def run_mode(args: argparse.Namespace, mode: Mode, workdir: Path, block: int) -> dict[str, Any]:
+    sweep_dir = workdir / f"{mode.launcher}{mode.n_jobs}-{block}"
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    start = time.perf_counter()
+    proc = subprocess.run(sweep_command(args, mode, sweep_dir), env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode.name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    summaries = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/summary.json"))]
+    if len(summaries) != mode.runs or any(s["status"] != "completed" for s in summaries):
+        raise SystemExit(f"{mode.name}: not every run completed in {sweep_dir}")
+    per_run = [float(s["tokens_per_s"]) for s in summaries]
+    if mode.launcher == "stacked":
+        summed = sum(per_run)
+    elif mode.launcher == "joblib":
+        summed = statistics.mean(per_run) * min(mode.n_jobs, mode.runs)
+    else:
+        summed = statistics.mean(per_run)
+    return {"wall_s": wall, "tokens_per_s": summed, "runs": mode.runs}
+
+
+def in_process(args: argparse.Namespace) -> dict[str, Any]:
+    """Tokens per CPU-second of the runs trained alone vs stacked, one thread (see the module docstring)."""
+    import numpy as np
+    import torch
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from normlab.config import checked
+    from normlab.config.compose import compose_config
+    from normlab.train.build import run_corpus
+    from normlab.train.loop import Trainer
+    from normlab.train.stacked.trainer import StackedTrainer
+
+    torch.set_num_threads(1)
+    overrides = [
+        f"model={args.model}",
+        "data=synthetic",
+        "logger=none",
+        f"train.batch_size={args.batch}",
+        "train.device=cpu",
+        f"train.max_steps={10**6}",
+        *args.overrides,
+    ]
+    cfgs = [checked(OmegaConf.create(compose_config([*overrides, f"seed={s}"]))) for s in range(args.members)]
+    corpus = run_corpus(cfgs[0], progress=False)
+    device = torch.device("cpu")
+
+    def model(cfg: dict) -> torch.nn.Module:
+        torch.manual_seed(cfg["seed"])
+        return instantiate(cfg["model"])
+
+    alone = [Trainer.from_config(c, model(c), corpus.train, corpus.val, device) for c in cfgs]
+    stacked = StackedTrainer([model(c) for c in cfgs], cfgs, corpus.train, corpus.val, device)
+    start = cfgs[0]["metrics"]["dense_until"] + 1
+    flush = cfgs[0]["train"]["flush_every"]
+    tokens = cfgs[0]["train"]["batch_size"] * cfgs[0]["train"]["seq_len"]
+
+    def steps(trainer: Any, first: int, n: int) -> None:
+        pending = []
+        for s in range(first, first + n):
+            trainer.step = s
+            probe = trainer.instruments.begin(s) if trainer.instruments else None
+            pending.append(trainer.train_step(True, probe))
+            if probe is not None:
+                probe.host_rows() if hasattr(probe, "host_rows") else probe.row()
+            if len(pending) >= flush:
+                torch.stack(pending).tolist()
+                pending = []
+
+    def timed(side: str, first: int) -> float:
+        begin = time.process_time()
+        if side == "alone":
+            for trainer in alone:
+                steps(trainer, first, args.block_steps)
+        else:
+            steps(stacked, first, args.block_steps)
+        return time.process_time() - begin
+
+    steps(stacked, start, 2)  # first calls (allocations) out of the timing
+    for trainer in alone:
+        steps(trainer, start, 2)
+    ratios, rates = [], {"alone": [], "stacked": []}
+    first = start + 2
+    for block in range(args.repeats):
+        order = ("alone", "stacked") if block % 2 == 0 else ("stacked", "alone")
+        took = {}
+        for side in order:
+            took[side] = timed(side, first)
+            first += args.block_steps
+        work = args.members * args.block_steps * tokens
+        for side in took:
+            rates[side].append(work / took[side])
+        ratios.append(took["alone"] / took["stacked"])
+        print(
+            f"  block {block}: alone {work / took['alone']:,.0f}, stacked {work / took['stacked']:,.0f} tokens per "
+            f"CPU-second: {ratios[-1]:.2f}× (load {load_average()})",
+            flush=True,
+        )
+    out = {
+        "alone_tokens_per_cpu_s": float(np.median(rates["alone"])),
+        "stacked_tokens_per_cpu_s": float(np.median(rates["stacked"])),
+        "ratio": float(np.median(ratios)),
+        "ratio_range": [min(ratios), max(ratios)],
+    }
+    print(
+        f"\none thread, CPU time, {args.members} runs of model={args.model}, batch {args.batch}: stacked "
+        f"{out['ratio']:.2f}× alone (blocks {min(ratios):.2f}-{max(ratios):.2f}): "
+        f"{out['stacked_tokens_per_cpu_s']:,.0f} vs {out['alone_tokens_per_cpu_s']:,.0f} tokens per CPU-second"
+    )
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--model", default=None, help="model preset (default: tiny on cpu, small on cuda)")
+    p.add_argument("--members", type=int, default=None, help="runs in the sweep (seeds)")
+    p.add_argument("--steps", type=int, default=None, help="train.max_steps of each run")
+    p.add_argument("--batch", type=int, default=None, help="train.batch_size")
+    p.add_argument("--joblib-jobs", type=int, default=None, help="hydra.launcher.n_jobs of the joblib mode")
+    p.add_argument(
+        "--stacked-jobs",
+        default="1",
+        help="comma-separated hydra.launcher.n_jobs of the stacked modes (stacks at once), e.g. 1,2",
+    )
+    p.add_argument("--max-stack", type=int, default=32, help="hydra.launcher.max_stack")
+    p.add_argument("--alone-runs", type=int, default=None, help="jobs one-at-a-time trains (of the sweep)")
+    p.add_argument("--repeats", type=int, default=1, help="blocks of every mode (A B … | … B A)")
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="CPU time on one thread: alone vs stacked in one process (for a busy machine; see above)",
+    )
+    p.add_argument("--block-steps", type=int, default=20, help="--in-process: steps a block times")
+    p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
+    args = p.parse_args(argv)
+    model, members, steps, batch, joblib_jobs, alone_runs = DEFAULTS[args.device]
+    args.model = args.model or model
+    args.members = args.members or members
+    args.steps = args.steps or steps
+    args.batch = args.batch or batch
+    args.joblib_jobs = args.joblib_jobs or joblib_jobs
+    alone = min(args.alone_runs or alone_runs, args.members)
+    if args.in_process:
+        out = in_process(args)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1))
+        return out
+    modes = [
+        Mode("one at a time", "basic", 1, alone),
+        Mode(f"joblib n_jobs={args.joblib_jobs}", "joblib", args.joblib_jobs, args.members),
+        *(
+            Mode(f"stacked n_jobs={k}", "stacked", int(k), args.members)
+            for k in str(args.stacked_jobs).split(",")
+        ),
+    ]
+    name = device_name(args.device)
+    print(
+        f"{name}: {args.members} runs of model={args.model}, {args.steps} steps, batch {args.batch}; "
+        f"modes: {', '.join(m.name for m in modes)}",
+        flush=True,
+    )
+    results: dict[str, list[dict[str, Any]]] = {m.name: [] for m in modes}
+    with tempfile.TemporaryDirectory(prefix="normlab-bench-stack-") as tmp:
+        workdir = Path(tmp)
+        # the token cache, built once before anything is timed
+        warm = Mode("warm-up", "basic", 1, 1)
+        subprocess.run(
+            [*sweep_command(args, warm, workdir / "warm"), "train.max_steps=1"],
+            env={**os.environ, "WANDB_MODE": "disabled"},
+            capture_output=True,
+        )
+        for block in range(args.repeats):
+            order = modes if block % 2 == 0 else list(reversed(modes))
+            for mode in order:
+                found = run_mode(args, mode, workdir, block)
+                found["load_avg"] = load_average()
+                results[mode.name].append(found)
+                print(
+                    f"  block {block}: {mode.name}: {found['wall_s']:.1f} s, {found['tokens_per_s']:,.0f} tokens/s "
+                    f"(load {found['load_avg']})",
+                    flush=True,
+                )
+    base = statistics.median(r["tokens_per_s"] for r in results[modes[0].name])
+    table = []
+    print(f"\n{name}, model={args.model}, {args.members} runs × {args.steps} steps, batch {args.batch}")
+    print("| mode | runs | wall (s) | tokens/s summed | vs one alone |\n|---|---|---|---|---|")
+    for mode in modes:
+        wall = statistics.median(r["wall_s"] for r in results[mode.name])
+        tps = statistics.median(r["tokens_per_s"] for r in results[mode.name])
+        table.append(
+            {"mode": mode.name, "runs": mode.runs, "wall_s": wall, "tokens_per_s": tps, "ratio": tps / base}
+        )
+        print(f"| {mode.name} | {mode.runs} | {wall:.1f} | {tps:,.0f} | {tps / base:.2f}× |")
+    out = {
+        "device": name,
+        "args": {k: v for k, v in vars(args).items() if k != "json"},
+        "table": table,
+        "blocks": results,
+    }
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return out

@@ -1,0 +1,61 @@
+"""The LM head and the training objective of every member of a stack: (objective, cross-entropy) per member,
+and on instrumented steps the logits' statistics per member — what normlab.train.head_loss computes for
+one run, with the same two paths:
+
+- fused, on the CPU in float32: the single run's fused chunked head (normlab.train.fused_head), member by
+  member, each with its own z-loss coefficient — the same arithmetic as a run alone;
+- plain, elsewhere: the members' logits in one batched matrix product (members, tokens, vocabulary), the
+  cross-entropy and z-loss per member from one log-sum-exp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from normlab.train.fused_head import fused_objective
+
+STATS = 3  # logits/max, logits/mean, logits/log_z (normlab.metrics.activations.LogitStats)
+
+
+class StackedHead:
+    """`z_loss` is each member's z-loss coefficient; `fused` picks the path (normlab.train.head_loss.fused_pays)."""
+
+    def __init__(self, z_loss: Sequence[float], fused: bool, device: torch.device) -> None:
+        self.z_floats = [float(z) for z in z_loss]
+        self.z = torch.tensor(self.z_floats, device=device)
+        self.fused = fused
+
+    def __call__(
+        self, hidden: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, *, stats: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(objective, cross-entropy, (members, 3) logit statistics or None), each per member, of `hidden`
+        (members, batch, time, d_model) under the heads `weight` (members, vocab, d_model) against targets
+        `y` ((members, batch, time), or (batch, time) shared by every member)."""
+        shared = y.dim() == hidden.dim() - 2
+        if self.fused:
+            out = [
+                fused_objective(hidden[m], weight[m], y if shared else y[m], self.z_floats[m], stats=stats)
+                for m in range(len(self.z_floats))
+            ]
+            objective = torch.stack([o[0] for o in out])
+            ce = torch.stack([o[1] for o in out])
+            if not stats:
+                return objective, ce, None
+            table = torch.stack(
+                [torch.stack([o[2].max, o[2].mean, o[2].mean_log_z]) for o in out]  # type: ignore[union-attr]
+            )
+            return objective, ce, table.float()
+        s = hidden.shape[0]
+        flat = hidden.reshape(s, -1, hidden.shape[-1])
+        logits = torch.bmm(flat, weight.to(flat.dtype).transpose(1, 2)).float()  # (members, tokens, vocab)
+        targets = (y.reshape(1, -1).expand(s, -1) if shared else y.reshape(s, -1)).unsqueeze(-1)
+        log_z = torch.logsumexp(logits, dim=-1)
+        ce = (log_z - logits.gather(-1, targets).squeeze(-1)).mean(1)
+        objective = ce + self.z * log_z.square().mean(1)
+        if not stats:
+            return objective, ce, None
+        with torch.no_grad():
+            table = torch.stack([logits.amax((1, 2)), logits.mean((1, 2)), log_z.mean(1)], dim=1)
+        return objective, ce, table.detach()

@@ -1,0 +1,192 @@
+"""`hydra/launcher=stacked` end to end, as a user runs it: every member a run of its own, equal to the same
+jobs run alone (`hydra/launcher=basic`); a signal saves every member; the continue command finishes the
+sweep bit for bit (slow); the fault-injection soak on a stacked sweep (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shlex
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from normlab.sweeps.soak import (
+    SoakSpec,
+    SweepProcess,
+    comparable,
+    env,
+    job_dirs,
+    soak,
+    step_problems,
+    training_rows,
+)
+from normlab.train.loop import Trainer
+
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="watches processes through /proc"
+)
+
+OVERRIDES = (
+    "model=tiny",
+    "logger=none",
+    "data=synthetic",
+    "data.n_train_stories=400",
+    "data.n_val_stories=40",
+    "data.vocab_size=512",
+    "depth=2",
+    "train.seq_len=32",
+    "train.batch_size=8",
+    "train.eval_batches=2",
+    "train.sample_tokens=4",
+    "train.progress=false",
+    "warmup_steps=2",
+)
+TIGHT = ("loss", "grad_norm", "val_loss")
+
+
+def sweep(tmp_path: Path, cache_dir: Path, name: str, launcher: str, *extra: str) -> tuple[int | None, str]:
+    argv = [
+        "train.py",
+        "-m",
+        *OVERRIDES,
+        f"data.cache_dir={cache_dir}",
+        f"hydra/launcher={launcher}",
+        f"hydra.sweep.dir={tmp_path / name}",
+        *extra,
+    ]
+    process = SweepProcess(argv, tmp_path / f"{name}.log", env())
+    code, _ = process.wait(600)
+    return code, (tmp_path / f"{name}.log").read_text()
+
+
+def summaries(sweep_dir: Path) -> dict[str, dict]:
+    return {k: json.loads((d / "summary.json").read_text()) for k, d in job_dirs(sweep_dir).items()}
+
+
+def test_a_stacked_sweep_writes_what_the_runs_alone_write(tmp_path, cache_dir):
+    """Two seeds × two learning rates, one stack: each member's directory holds what its run alone's holds,
+    its rows equal the run's within 1e-5, its checkpoint resumes a plain Trainer."""
+    jobs = ("seed=0,1", "optim.lr=1e-3,3e-3", "train.max_steps=6", "train.eval_every=3")
+    code, out = sweep(tmp_path, cache_dir, "stacked", "stacked", *jobs, "hydra.launcher.n_jobs=1")
+    assert code == 0, out[-3000:]
+    assert "stacked: jobs #0, #1, #2, #3 as one model" in out
+    code, out_alone = sweep(tmp_path, cache_dir, "alone", "basic", *jobs)
+    assert code == 0, out_alone[-3000:]
+    stacked, alone = job_dirs(tmp_path / "stacked"), job_dirs(tmp_path / "alone")
+    assert sorted(stacked) == sorted(alone) and len(stacked) == 4
+    for job, run_dir in stacked.items():
+        ours, theirs = run_dir, alone[job]
+        assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir())
+        assert (ours / ".hydra" / "overrides.yaml").exists()
+        a, b = training_rows(theirs), training_rows(ours)
+        assert [r["step"] for r in a] == [r["step"] for r in b] and step_problems(b) == (0, 0)
+        for ra, rb in zip(a, b, strict=True):
+            assert set(ra) == set(rb)
+            for key in ra:
+                if key.startswith(TIGHT):
+                    assert rb[key] == pytest.approx(ra[key], rel=1e-5, abs=1e-8), (job, ra["step"], key)
+        sa, sb = (json.loads((d / "summary.json").read_text()) for d in (theirs, ours))
+        assert sb["status"] == "completed" and set(sa) == set(sb)
+        assert sb["final_val_loss"] == pytest.approx(sa["final_val_loss"], rel=1e-5)
+        assert sb["seed"] == sa["seed"] and sb["resume_command"] is None
+        state = torch.load(ours / "checkpoints" / "last.pt", weights_only=True)
+        assert set(state) == set(torch.load(theirs / "checkpoints" / "last.pt", weights_only=True))
+        assert state["step"] == 6 and sorted(state["optimizer"]["state"]) == sorted(
+            torch.load(theirs / "checkpoints" / "last.pt", weights_only=True)["optimizer"]["state"]
+        )
+    assert Trainer  # a member's last.pt is loaded by Trainer.load_state_dict in tests/test_stacked.py
+
+
+def interrupt(tmp_path: Path, sweep_dir: Path, argv: list[str], signum: int, rng: random.Random) -> str:
+    process = SweepProcess(argv, tmp_path / "signal.log", env())
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if any(training_rows(d) for d in job_dirs(sweep_dir).values()):
+            break
+        assert process.proc.poll() is None, (tmp_path / "signal.log").read_text()[-3000:]
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 1.0))
+    os.kill(process.pid, signum)
+    code, _ = process.wait(300)
+    output = (tmp_path / "signal.log").read_text()
+    assert code == 128 + signum, output[-3000:]
+    assert process.lingering() == []
+    return output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_saves_every_member_and_the_sweep_continues_bit_for_bit(tmp_path, cache_dir, signame):
+    steps = 150
+    jobs = (
+        "seed=0,1,2",
+        f"train.max_steps={steps}",
+        "train.eval_every=50",
+        "train.ckpt_every=50",
+        "train.flush_every=1",  # every step on disk as it is made: the signal lands mid-training
+        "hydra.launcher.n_jobs=1",  # one stack of three
+    )
+    code, out = sweep(tmp_path, cache_dir, "reference", "stacked", *jobs)
+    assert code == 0, out[-3000:]
+    rng = random.Random(f"{os.getpid()}-{signame}")
+    sweep_dir = tmp_path / "sweep"
+    argv = [
+        "train.py",
+        "-m",
+        *OVERRIDES,
+        f"data.cache_dir={cache_dir}",
+        "hydra/launcher=stacked",
+        f"hydra.sweep.dir={sweep_dir}",
+        *jobs,
+    ]
+    signum = int(signal.Signals[signame])
+    output = interrupt(tmp_path, sweep_dir, argv, signum, rng)
+    found = summaries(sweep_dir)
+    assert len(found) == 3
+    stopped_at = {s["steps"] for s in found.values()}
+    assert len(stopped_at) == 1 and 0 < stopped_at.pop() < steps  # one step boundary for the whole stack
+    for job, summary in found.items():
+        run_dir = job_dirs(sweep_dir)[job]
+        assert summary["status"] == "interrupted" and summary["signal"] == signame, summary
+        state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True, mmap=True)
+        rows = training_rows(run_dir)
+        assert state["step"] == summary["steps"] == len([r for r in rows if "loss" in r])
+        assert step_problems(rows) == (0, 0)
+        assert "train.resume=" in summary["resume_command"]
+    (line,) = [ln for ln in output.splitlines() if ln.startswith("continue the sweep with: ")]
+    argv = shlex.split(line.removeprefix("continue the sweep with: "))[1:]
+    resumed = SweepProcess(argv, tmp_path / "resume.log", env())
+    code, _ = resumed.wait(600)
+    assert code == 0, (tmp_path / "resume.log").read_text()[-3000:]
+    reference = job_dirs(tmp_path / "reference")
+    for job, run_dir in job_dirs(sweep_dir).items():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["steps"] == steps
+        rows = training_rows(run_dir)
+        assert [r["step"] for r in rows if "loss" in r] == list(range(steps))
+        assert comparable(rows) == comparable(training_rows(reference[job]))  # bit for bit
+
+
+@pytest.mark.slow
+def test_soak_of_a_stacked_sweep(tmp_path, cache_dir):
+    """scripts/soak_sweep.py --launcher stacked at a small size: 3 jobs in one stack, 4 random faults
+    (SIGINT, SIGTERM, SIGKILL to the parent, its group or the stack's process)."""
+    spec = SoakSpec(
+        workdir=tmp_path,
+        jobs=3,
+        steps=600,
+        faults=4,
+        delay_s=(0.5, 8.0),
+        seed=os.getpid(),
+        launcher="stacked",
+        parallel=1,
+        overrides=(*SoakSpec.overrides, f"data.cache_dir={cache_dir}"),
+    )
+    result = soak(spec)
+    assert result.ok, result.to_json()
+    assert result.survived == 4 and result.steps_lost == 0 and result.equal == 3

@@ -1,0 +1,271 @@
+"""A stack of runs (normlab.train.stacked) against the same runs trained alone by the single-run Trainer.
+
+Tolerance: a member's forward runs the same operations batched over the stack (baddbmm instead of addmm,
+its RMSNorm backward vmapped), so float32 sums run in another order; over 20 steps of AdamW the losses,
+gradient norms and validation losses stay within 1e-5 relative (measured: ≤ 3e-6), the instrumented steps'
+statistics within 5e-3 relative or 1e-5 absolute: a maximum attention logit, say, is a small
+difference of larger terms, and the trajectories' float noise shows there first (measured: up to 1.3e-3
+without a norm before attention, `reordered`).
+
+BatchNorm is the exception for one statistic: it subtracts the batch mean, so the gradient of what only
+adds a vector to every sequence (part of the learned positions, the biases before a norm) is float
+rounding, which AdamW's per-coordinate normalisation turns into steps of about the learning rate — the
+same happens between two runs alone on different thread counts (GPT.norm_cancelled_parameters). The loss
+never sees those coordinates; the model update, an evaluation-mode output that reads BN's running means,
+does: within 1e-2 relative with BN. And BatchNorm needs a batch to normalise over: with 4 sequences its
+statistics are degenerate and amplify rounding chaotically (measured with `bn` in slot B, `reordered`: a
+loss spike at step 15 and one per-sublayer gradient norm 66 % apart, the losses 1e-4), so the runs here
+take 16 (measured then: ≤ 3e-6 for BN, as for the other norms).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from stacked_helpers import member_config, tokens, train_alone, train_stacked
+
+from normlab.model.norms import NORMS
+from normlab.model.placements import PLACEMENTS
+from normlab.model.variant import check_variant
+from normlab.sweeps.stacked import MEMBER_KEYS, graph_key, stack_groups
+from normlab.train.stacked.model import StackedModel
+from normlab.train.stacked.optim import StackedAdamW
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: the stacks here are small, and a second thread on a shared machine only waits."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+TIGHT = 1e-5  # losses, gradient norms, validation losses
+LOOSE = 5e-3  # the instrumented steps' statistics (and 1e-5 absolute)
+TIGHT_KEYS = ("loss", "grad_norm", "val_loss")
+
+
+def valid_pairs() -> list[tuple[str, str]]:
+    pairs = []
+    for norm in NORMS:
+        for placement in PLACEMENTS:
+            try:
+                check_variant(norm, placement, "none")
+            except Exception:
+                continue
+            pairs.append((norm, placement))
+    return pairs
+
+
+def close(a: float, b: float, rel: float, floor: float) -> bool:
+    """Within `rel` relative, or `floor` absolute (a per-sublayer gradient norm of 1e-6 is rounding)."""
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return abs(a - b) <= rel * max(abs(a), abs(b)) + floor
+
+
+def compare(alone: list[dict], stacked: list[dict], batchnorm: bool = False) -> list[str]:
+    problems = []
+    assert [r["step"] for r in alone] == [r["step"] for r in stacked]
+    for a, b in zip(alone, stacked, strict=True):
+        if set(a) != set(b):
+            problems.append(f"step {a['step']}: keys differ: {sorted(set(a) ^ set(b))}")
+            continue
+        for key, value in a.items():
+            if not isinstance(value, float) or key in ("tokens_per_s", "mfu"):
+                continue
+            tight = key.startswith(TIGHT_KEYS)
+            rel = TIGHT if tight else 1e-2 if batchnorm and key == "model_update" else LOOSE
+            if not close(value, b[key], rel, 1e-8 if tight else 1e-5):
+                problems.append(f"step {a['step']} {key}: alone {value!r}, stacked {b[key]!r}")
+    return problems
+
+
+COMMON = {
+    "train": {"batch_size": 16, "seq_len": 16, "max_steps": 20, "eval_every": 10, "eval_batches": 2},
+    "warmup_steps": 3,
+}
+# the default suite: every pair for 8 steps (evaluations at 4 and 8); 20 steps of every pair is a slow test
+FAST = {**COMMON, "train": {**COMMON["train"], "max_steps": 8, "eval_every": 4}}
+# members that differ in what a member may have of its own: seed, lr, schedule, warm-up, clipping, z-loss, ...
+MEMBERS = [
+    {"seed": 0},
+    {
+        "seed": 1,
+        "optim": {"lr": 1e-3, "weight_decay": 0.0, "z_loss": 1e-3, "betas": [0.8, 0.99]},
+        "train": {"grad_clip": 0.05},
+        "warmup_steps": 0,
+        "schedule": {"name": "linear"},
+    },
+]
+
+
+def check_pair(norm: str, placement: str, common: dict) -> None:
+    cfgs = [member_config(norm, placement, m, common) for m in MEMBERS]
+    train, val = tokens(), tokens(1000, seed=1)
+    collectors, results, _, ended = train_stacked(norm, placement, cfgs, train, val)
+    for m, cfg in enumerate(cfgs):
+        alone, result, _ = train_alone(norm, placement, cfg, train, val)
+        assert ended[m][0].status == result.status == "completed"
+        problems = compare(alone.rows, collectors[m].rows, batchnorm=norm == "bn")
+        assert not problems, "\n".join(problems[:10])
+        assert set(result.val_losses) == set(results[m].val_losses)
+        for step, val_loss in result.val_losses.items():
+            assert close(val_loss, results[m].val_losses[step], TIGHT, 1e-8)
+        assert alone.evals[0].keys() == collectors[m].evals[0].keys()
+
+
+@pytest.mark.parametrize(("norm", "placement"), valid_pairs())
+def test_every_member_logs_what_its_run_alone_logs(norm, placement):
+    check_pair(norm, placement, FAST)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("norm", "placement"), valid_pairs())
+def test_every_member_logs_what_its_run_alone_logs_over_20_steps(norm, placement):
+    check_pair(norm, placement, COMMON)
+
+
+def test_members_get_their_own_learning_rate_and_clipping():
+    cfgs = [member_config("ln", "pre", m, COMMON) for m in MEMBERS]
+    collectors, *_ = train_stacked("ln", "pre", cfgs, tokens(), tokens(1000, seed=1))
+    first, second = collectors[0].rows, collectors[1].rows
+    # member 0: warm-up 3 to 3e-3, cosine; member 1: no warm-up, 1e-3, linear decay
+    assert first[0]["lr"] == pytest.approx(1e-3) and first[2]["lr"] == pytest.approx(3e-3)
+    assert second[0]["lr"] == pytest.approx(1e-3)
+    assert second[10]["lr"] == pytest.approx(3e-4 + (1e-3 - 3e-4) * (1 - 10 / 20))
+    # clip 1.0 rarely fires at init; clip 0.05 fires on every step
+    assert all(r["clipped"] == 1 for r in second)
+    assert sum(r["clipped"] for r in first) < len(first)
+
+
+def test_a_diverging_member_ends_alone_and_stops_updating():
+    diverging = {"seed": 2, "optim": {"lr": 5.0}, "warmup_steps": 0, "train": {"grad_clip": 0.0}}
+    diverging["divergence"] = {"max_loss_ratio": 1.02, "patience": 2}
+    members = [MEMBERS[0], diverging]
+    common = {**COMMON, "train": {**COMMON["train"], "flush_every": 2}}
+    cfgs = [member_config("ln", "post", m, common) for m in members]
+    train, val = tokens(), tokens(1000, seed=1)
+    collectors, results, trainer, ended = train_stacked("ln", "post", cfgs, train, val)
+    assert results[1].status == "diverged" and ended[1][0].status == "diverged"
+    assert results[1].diverged_at is not None and results[1].diverged_at < 20
+    alone, alone_result, _ = train_alone("ln", "post", cfgs[1], train, val)
+    assert alone_result.status == "diverged" and alone_result.diverged_at == results[1].diverged_at
+    # the healthy member trains on, as alone
+    assert results[0].status == "completed" and results[0].steps == 20
+    healthy, _, _ = train_alone("ln", "post", cfgs[0], train, val)
+    assert not compare(healthy.rows, collectors[0].rows)
+    # the diverged member's parameters froze when it ended (its checkpoint holds them: `frozen`)
+    assert not trainer.alive[1]
+    torch.testing.assert_close(trainer.model.flat[1], ended[1][2], rtol=0, atol=0)
+
+
+def test_stacked_adamw_is_torch_adamw_for_each_member():
+    from stacked_helpers import build_model
+
+    from normlab.config.groups import OptimConfig
+
+    models = [build_model("ln", "pre", s) for s in range(3)]
+    alone = [build_model("ln", "pre", s) for s in range(3)]
+    optims = [
+        OptimConfig(lr=1e-3),
+        OptimConfig(lr=3e-2, betas=[0.8, 0.9], eps=1e-6, weight_decay=0.5),
+        OptimConfig(lr=1e-2, weight_decay=0.0),
+    ]
+    stacked = StackedModel(models, torch.device("cpu"))
+    optimizer = StackedAdamW(stacked, optims)
+    from normlab.train.optim import build_optimizer
+
+    references = [build_optimizer(m, o, torch.device("cpu")) for m, o in zip(alone, optims, strict=True)]
+    g = torch.Generator().manual_seed(0)
+    alive = [True, True, False]
+    for step in range(5):
+        grads = torch.randn(stacked.flat.shape, generator=g)
+        stacked.grad_flat.copy_(grads)
+        lr = [o.lr * (step + 1) / 5 for o in optims]
+        optimizer.step(lr, alive)
+        for m in range(2):  # the third is inactive: it must not move
+            for group in references[m].param_groups:
+                group["lr"] = lr[m]
+            for name, p in alone[m].named_parameters():
+                p.grad = stacked.member_view(grads, name)[m].clone()
+            references[m].step()
+    for m in range(2):
+        for name, p in alone[m].named_parameters():
+            torch.testing.assert_close(stacked.params[name][m], p, rtol=1e-5, atol=1e-7)
+    for name, p in models[2].named_parameters():  # member 2's own module is member 2's initial state
+        if name in stacked.params:
+            torch.testing.assert_close(stacked.params[name][2], p.detach())
+    # a member's state in torch's format loads into a run's AdamW, and back
+    state = optimizer.member_state_dict(1, lr=0.01)
+    references[1].load_state_dict(state)
+    optimizer.load_member_state_dict(0, state)
+    torch.testing.assert_close(optimizer.exp_avg[0], optimizer.exp_avg[1])
+
+
+def test_a_member_checkpoint_is_a_run_checkpoint():
+    """Member m's state_dict loads into the single-run Trainer, which then trains on as the stack does."""
+    from stacked_helpers import build_model
+    from trainers import config_trainer
+
+    cfgs = [member_config("rms", "pre", m, COMMON) for m in MEMBERS]
+    train, val = tokens(), tokens(1000, seed=1)
+    _, _, trainer, _ = train_stacked("rms", "pre", cfgs, train, val)
+    state = trainer.member_state_dict(1)
+    cfg = cfgs[1]
+    model = build_model("rms", "pre", 99)
+    model.load_state_dict(state["model"])
+    single = config_trainer(
+        model, train, val, train=cfg["train"], optim=cfg["optim"], schedule=cfg["schedule"], seed=cfg["seed"]
+    )
+    single.load_state_dict(state)
+    assert single.step == 20
+    for name, p in model.named_parameters():
+        if name in trainer.model.params:
+            torch.testing.assert_close(p, trainer.model.params[name][1].detach())
+
+
+def test_jobs_that_share_a_graph_are_grouped():
+    from trainers import default_config
+
+    base = default_config()
+    other_seed = {**base, "seed": 1, "optim": {**base["optim"], "lr": 1e-3}, "warmup_steps": 7}
+    other_norm = {**base, "norm": {**base["norm"], "name": "rms"}}
+    other_model = {**base, "model": {**base["model"], "d_model": 64}}
+    fp16 = {**base, "train": {**base["train"], "precision": "fp16"}}
+    keys = [graph_key(c) for c in (base, other_seed, other_norm, other_model, fp16)]
+    assert keys[0] == keys[1]
+    assert len({keys[0], keys[2], keys[3]}) == 3
+    assert keys[4] is None  # fp16 runs alone
+    assert stack_groups(["a", "a", "b", None, "a", "a"], max_stack=3) == [[0, 1, 4], [2], [3], [5]]
+    assert stack_groups(["a"] * 5, max_stack=32, fits=[2] * 5) == [[0, 1], [2, 3], [4]]
+    assert stack_groups(["a"] * 4 + ["b"], max_stack=32, processes=2) == [[0, 1], [2, 3], [4]]
+    assert "seed" in MEMBER_KEYS and "optim.lr" in MEMBER_KEYS
+
+
+def test_the_plain_stacked_head_is_the_fused_one():
+    """The GPU's path (batched logits, one log-sum-exp) and the CPU's (each member's fused chunked head) give
+    the same objective, cross-entropy and logit statistics, each member with its own z-loss."""
+    from normlab.train.stacked.head import StackedHead
+
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3, 2, 5, 8, generator=g)
+    weight = torch.randn(3, 11, 8, generator=g)
+    y = torch.randint(0, 11, (3, 2, 5), generator=g)
+    z = [0.0, 1e-3, 1e-1]
+    fused = StackedHead(z, fused=True, device=torch.device("cpu"))(hidden, weight, y, stats=True)
+    plain = StackedHead(z, fused=False, device=torch.device("cpu"))(hidden, weight, y, stats=True)
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # member by member, the single run's objective on materialised logits
+    from normlab.train.head_loss import objective
+
+    for m in range(3):
+        total, ce = objective(hidden[m] @ weight[m].T, y[m], z[m])
+        torch.testing.assert_close(plain[0][m], total, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(plain[1][m], ce, rtol=1e-5, atol=1e-6)
+    shared = StackedHead(z, fused=False, device=torch.device("cpu"))(hidden, weight, y[0])
+    torch.testing.assert_close(shared[1][0], plain[1][0])  # evaluation: one batch for every member
