@@ -414,6 +414,16 @@ NORMS: dict[str, NormType] = {
     ),
     "scalenorm": NormType(ScaleNormConfig, lambda d, s, t: ScaleNorm(d, eps=s["eps"]), "SN"),
 }
+# norm=NAME options that are a norm of NORMS with a paper's settings: name → (norm, what --help says, the
+# settings). The runs record the norm's own name (norm.name), with these values.
+RECIPES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "dyt_llama": (
+        "dyt",
+        "DyT as the authors' LLaMA runs set it (jiachenzhu/DyT, other_tasks/LLaMA, 7B): no β, α at init 0.8 "
+        "in the attention branch's norms and 0.2 in the feed-forward branch's and the final norm",
+        {"bias": False, "alpha_attn": 0.8, "alpha_ffn": 0.2, "alpha_final": 0.2},
+    ),
+}
 # what norm.base may name: a norm, not DeepNorm itself and not none (α·x + F(x) unnormalised grows
 # without bound)
 DEEPNORM_BASES = tuple(name for name in NORMS if name not in ("deepnorm", "none"))

@@ -25,6 +25,7 @@ __all__ = [
     "Perturbation",
     "Robustness",
     "Variation",
+    "calibration_dir",
     "leave_one_seed_out",
     "perturbed_dir",
     "robustness",
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 PERTURBED_SUFFIX = ".perturbed"  # sweeps/NAME.perturbed holds the preset's run under its perturbation
+CALIBRATION_SUFFIX = ".calibration"  # sweeps/NAME.calibration: the calibration sweep (--calibrate)
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,12 @@ def perturbed_dir(sweep_dir: str | Path) -> Path:
     """Where the sweep of a preset under its finding's perturbation lies: beside the preset's own."""
     path = Path(sweep_dir)
     return path.with_name(path.name + PERTURBED_SUFFIX)
+
+
+def calibration_dir(sweep_dir: str | Path) -> Path:
+    """Where the calibration sweep of a preset lies: beside the preset's own."""
+    path = Path(sweep_dir)
+    return path.with_name(path.name + CALIBRATION_SUFFIX)
 
 
 def robustness_of(name: str, rs: RunSet, verdict: str, sweep_dir: str | Path | None = None) -> Robustness:

@@ -46,11 +46,29 @@ class CannotEvaluate(ValueError):
 
 @dataclass(frozen=True)
 class Perturbation:
-    """One change of a preset's setup, run as a second sweep beside the preset's own (robustness.py)."""
+    """One change of a preset's setup, run as a second sweep beside the preset's own (robustness.py).
+
+    `reuse` names the runs of the preset's own sweep that the change does not touch (config key → value,
+    e.g. {"norm": "ln"} when only BatchNorm's statistics change): the perturbed sweep runs only the others
+    (its overrides narrow the sweep), and the perturbed verdict is computed on both together."""
 
     label: str  # how the report names it: "lr × 2 (6e-3)"
     overrides: tuple[str, ...]  # Hydra overrides added to the preset's: ("optim.lr=6e-3",)
     why: str  # why this is the setting most likely to decide the verdict
+    reuse: tuple[tuple[str, str], ...] = ()  # (key, value) of the preset's runs the change leaves alone
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A choice made on runs that the verdict does not then use (a head, a learning rate, α₀): the seeds it
+    ran on, the sweep that makes it (Hydra overrides on top of the preset, run by
+    `scripts/reproduce.py --calibrate` into sweeps/NAME.calibration), what each arm gave when we ran it,
+    and what was chosen. The preset's own seeds must not include `seeds` (tests/reproduce check it)."""
+
+    seeds: tuple[int, ...]
+    overrides: tuple[str, ...]  # e.g. ("model.tie_embeddings=true,false", "optim.lr=1e-3,5e-3", "seed=0")
+    arms: str  # what each arm gave when we ran it (ours), in words with numbers
+    chosen: str  # what the preset uses, and why
 
 
 def _no_lines(result: dict[str, Any]) -> list[str]:
@@ -90,6 +108,11 @@ class Finding:
     ours: bool = False  # observed in this project, not a published claim
     # the change of setup most likely to decide the verdict, run as a second sweep (see robustness.py)
     perturbation: Perturbation | None = None
+    calibration: Calibration | None = None  # a choice made on seeds the verdict does not use
+    # a claim we put together from published ones that none of them makes for this model (finding 6)
+    composite: bool = False
+    # the scale of the source's own evidence, and the preset findings/paper/NAME that runs it (docs/findings)
+    paper_scale: str = ""
 
     @property
     def preset(self) -> str:
@@ -121,6 +144,11 @@ class Finding:
             if path.is_file():
                 extras[m.key] = json.loads(path.read_text())
         return extras
+
+    @property
+    def paper_preset(self) -> str:
+        """Its paper-scale preset as `+experiment=` names it (configs/experiment/findings/paper/NAME.yaml)."""
+        return f"{PRESET_GROUP}/paper/{self.name}"
 
     @property
     def cite(self) -> str:

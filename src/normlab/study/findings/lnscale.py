@@ -28,6 +28,7 @@ from normlab.study.findings._common import (
     Drawn,
     Extras,
     Finding,
+    Perturbation,
     baseline_note,
     fmt_series,
     group_labels,
@@ -139,4 +140,11 @@ FINDING = Finding(
     False,
     evaluate,
     draw,
+    perturbation=Perturbation(
+        "depth × 2 (24 blocks)",
+        ("depth=24",),
+        "the curse of depth grows with depth (the paper's Pre-LN variance grows with the layer count, and "
+        "its largest models lose the most); twice the depth is the change most likely to create the deficit "
+        "LayerNorm Scaling addresses, or to show its effect where the deficit exists.",
+    ),
 )

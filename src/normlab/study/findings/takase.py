@@ -36,9 +36,11 @@ from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grad_heatmap, plot_grad_norm
 from normlab.metrics import names
 from normlab.study.findings._common import (
+    Calibration,
     Drawn,
     Extras,
     Finding,
+    Perturbation,
     baseline_note,
     diverged_count,
     fmt_series,
@@ -241,4 +243,19 @@ FINDING = Finding(
     False,
     evaluate,
     draw,
+    perturbation=Perturbation(
+        "depth × 3 (18 blocks)",
+        ("depth=18",),
+        "the paper's spikes come from models of 24 layers and more; a deeper stack is the change most likely "
+        "to make the vanilla model spike here, which the claim needs before Scaled Embed can prevent it.",
+    ),
+    calibration=Calibration(
+        seeds=(0,),
+        overrides=("optim.lr=1e-2,3e-2", "seed=0"),
+        arms="seed 0 (our runs): at lr 1e-2 and 3e-2 no run spiked (spike scores 2.3–3.3 against the "
+        "noise-only 95 % quantile 3.57; the 6σ detector fired in none), while block 0's early gradient was "
+        "e^2.7 ≈ 15× the last block's with Vanilla, e^1.7 ≈ 5.6× with Scaled Embed and 1.5× at std 1; final "
+        "val loss 4.16 / 2.36 / 2.28 at lr 1e-2.",
+        chosen="lr 1e-2: higher than the project default, where spikes are likelier, and every arm learns.",
+    ),
 )

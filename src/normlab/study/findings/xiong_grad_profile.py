@@ -243,9 +243,10 @@ FINDING = Finding(
     evaluate,
     draw,
     perturbation=Perturbation(
-        "width × 2 (d_model 128)",
-        ("model.d_model=128",),
-        "Theorem 1's depth scaling does not depend on the width; a verdict that changed with it would be "
-        "about this model's size rather than about where the norm sits.",
+        "GPT-2 init (N(0, 0.02), residual projections × 1/√(2L))",
+        ("model.init=gpt2",),
+        "Theorem 1 assumes Xavier init; GPT-2's init scales the residual projections with depth and shrinks "
+        "the embeddings, which changes how the gradient depends on L — the setting most likely to decide "
+        "the depth checks.",
     ),
 )
