@@ -218,13 +218,24 @@ class Precondition:
     observed: str  # what the runs show, in numbers
     met: bool | None
     remedy: str = ""  # what would make it happen here (a longer horizon, a higher learning rate)
+    check: Check | None = None  # the check that decided it, when one did (its estimate: robustness.py)
 
     @classmethod
     def shown_by(cls, c: Check, remedy: str = "") -> Precondition:
         """Met when a directional or equality check of the phenomenon is reproduced (at level ALPHA)."""
         value = fmt_estimate(c.est, CONFIDENCE, 3, unit=c.unit, significant=True)
         observed = f"{c.statistic}: {value}, needed {c.rule} ({c.verdict})"
-        return cls(c.name, observed, c.verdict == REPRODUCED, remedy)
+        return cls(c.name, observed, c.verdict == REPRODUCED, remedy, c)
+
+    @classmethod
+    def all_of(cls, name: str, parts: Sequence[Precondition], remedy: str = "") -> Precondition:
+        """Met when every part is (None when one cannot be told and none fails); the parts' numbers in
+        `observed`, the first part that is not met as its deciding `check`."""
+        states = [p.met for p in parts]
+        met: bool | None = False if False in states else (None if None in states else True)
+        observed = "; ".join(f"{p.name}: {p.observed}" for p in parts)
+        failing = next((p for p in parts if not p.met), parts[0] if parts else None)
+        return cls(name, observed, met, remedy, failing.check if failing is not None else None)
 
     @property
     def sentence(self) -> str:
