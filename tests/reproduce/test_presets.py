@@ -145,3 +145,17 @@ def test_preset_trains_two_steps(name, tiny, tmp_path):
     assert summary["status"] == "completed", summary
     assert summary["steps"] == 2
     assert (tmp_path / "metrics.jsonl").is_file()
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_calibration_seeds_are_not_evaluated(name):
+    """Issue 28: a choice made on seed 0 (a head, a learning rate) must not be judged on seed 0 again; the
+    calibration's seeds and the preset's seeds are disjoint, and its perturbation's overrides keep them."""
+    finding = FINDINGS[name]
+    cfg = preset(name)
+    seeds = {int(s) for s in sweep_params(cfg)["seed"]}
+    if finding.calibration is not None:
+        assert not seeds & set(finding.calibration.seeds), (seeds, finding.calibration.seeds)
+        assert finding.calibration.arms and finding.calibration.chosen
+    assert finding.perturbation is not None
+    assert not any(o.startswith("seed=") for o in finding.perturbation.overrides)

@@ -91,6 +91,25 @@ def test_profile_norm_measures_both_norms(tiny):
     assert len(profile_norm.summary_lines(result)) == 3
 
 
+def test_norm_share_measures_the_share_and_the_step_times_on_the_cpu(tiny):
+    """normlab.bench.norm_share, finding 5's speed measurement, runs on the CPU with the code a GPU runs:
+    LayerNorm's norms alone as a share of its step (upper bound of any saving), and ABBA step times."""
+    from normlab.bench import norm_share
+
+    result = norm_share.run(
+        [o for o in tiny if not o.startswith("train.max_steps")], device="cpu", reps=2, steps=1, threads=1
+    )
+    assert result["device"] == "cpu" and result["threads"] == 1
+    assert result["norm_calls_per_step"] == 2 * 2 + 1  # depth 2, Pre-LN: 2 per block + the final norm
+    assert len(result["share"]) == 2 and all(0 < x < 1 for x in result["share"])
+    assert len(result["log_ratio"]) == 2 and all(math.isfinite(x) for x in result["log_ratio"])
+    assert len(result["step_s"]["ln"]) == len(result["step_s"]["rms"]) == 2
+    json.dumps(result)
+    lines = norm_share.summary_lines(result)
+    assert "of its step" in lines[0] and "log(t_LN / t_RMS)" in lines[1]
+    assert norm_share.pick_device("auto").type in ("cpu", "cuda")
+
+
 def test_a_preset_whose_grid_holds_invalid_combinations_is_not_a_failure(tmp_path):
     """deepnet_model_update sweeps norm=ln,deepnorm × placement=pre,post: deepnorm-pre is invalid, recorded
     and skipped; the sweep then exits 2, which scripts/reproduce.py does not count as a failed finding."""
@@ -124,9 +143,11 @@ def test_a_findings_measurement_is_stored_beside_its_sweep_and_read_back(tmp_pat
     assert json.loads((tmp_path / "probe.json").read_text()) == extras["probe"]
     assert finding.load_extras(tmp_path) == extras
     assert finding.load_extras(tmp_path / "not-measured") == {}
-    # finding 5's own measurement is the norm profiler, stored where earlier reports looked for it
-    (profile,) = FINDINGS["rmsnorm_speed"].measurements
+    # finding 5's own measurements: the CPU norm profiler, stored where earlier reports looked for it, and
+    # the norm share and step time on the best device there is (norm_share.json, which a GPU run replaces)
+    profile, speed = FINDINGS["rmsnorm_speed"].measurements
     assert (profile.key, profile.file) == ("profile", "profile_norm.json")
+    assert (speed.key, speed.file) == ("speed", "norm_share.json")
     assert all(not f.measurements for f in FINDINGS.values() if f.name != "rmsnorm_speed")
 
 

@@ -223,6 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="first run the calibration sweep of findings that name one (sweeps/NAME.calibration: the choice "
         "a preset makes, on seeds its verdict does not use; the report then shows its arms as measured)",
     )
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        help="also write the findings table between the findings markers of this README (README.md)",
+    )
     parser.add_argument("--list", action="store_true", help="list the findings and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -239,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         names = resolve_names(args.names, args.core) if (args.names or args.core) else None
-        path, verdicts = build_report(out, args.report_dir or out, names, command)
+        path, verdicts = build_report(out, args.report_dir or out, names, command, args.readme)
         _print_verdicts(verdicts, path)
         return 0
 
@@ -284,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     )
     save_timings(out, timings)
-    path, verdicts = build_report(out, args.report_dir or out, None, command)
+    path, verdicts = build_report(out, args.report_dir or out, None, command, args.readme)
     print(f"Total wall time: {fmt_duration(time.perf_counter() - t0)}")
     _print_verdicts(verdicts, path)
     return 1 if failed else 0

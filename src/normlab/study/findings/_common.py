@@ -113,6 +113,9 @@ class Finding:
     composite: bool = False
     # the scale of the source's own evidence, and the preset findings/paper/NAME that runs it (docs/findings)
     paper_scale: str = ""
+    short: str = ""  # the claim in a few words, for the README's table
+    # "can this happen here?" in one sentence, for a finding whose claim needs no precondition of its own
+    can_happen: str = ""
 
     @property
     def preset(self) -> str:

@@ -44,6 +44,7 @@ from normlab.study.findings._common import (
 )
 from normlab.study.findings._depth import (
     CONTRIBUTION_MARGIN,
+    DEPTH_CALIBRATION,
     GROWTH_MARGIN,
     curse_of_depth,
     depth_profile,
@@ -159,4 +160,5 @@ FINDING = Finding(
         "its largest models lose the most); twice the depth is the change most likely to create the deficit "
         "LayerNorm Scaling addresses, or to show its effect where the deficit exists.",
     ),
+    calibration=DEPTH_CALIBRATION,
 )
