@@ -1,7 +1,8 @@
 """The command line behind scripts/reproduce.py: run finding presets, then write REPORT.md.
 
-    python scripts/reproduce.py --core                     # the core set (≤ 15 min on 2 idle cores)
+    python scripts/reproduce.py --core                     # the core set (≤ 30 min on 2 cores)
     python scripts/reproduce.py                            # every finding
+    python scripts/reproduce.py --core --scale paper       # the same at the papers' scale, on a GPU
     python scripts/reproduce.py xiong_warmup 7 --out outputs/reproduce/mine
     python scripts/reproduce.py --from-existing --out outputs/reproduce/mine   # report only, no training
 
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from normlab.study.cost import cores, sweep_cost
 from normlab.study.findings import CORE, FINDINGS, Finding
 from normlab.study.report import (
     MEASURE_S,
@@ -127,6 +129,7 @@ def run_preset(
     python: str = sys.executable,
     perturbed: bool = False,
     calibration: bool = False,
+    scale: str = "cpu",
 ) -> dict[str, Any]:
     """Run one preset's sweep (and its extra measurements), or with `perturbed` the same under the
     finding's perturbation, or with `calibration` its calibration sweep; return its timing record."""
@@ -142,12 +145,13 @@ def run_preset(
         shutil.rmtree(sweep)
     sweeps.mkdir(parents=True, exist_ok=True)
     log_path = sweeps / f"{sweep.name}.log"
+    experiment = finding.paper_preset if scale == "paper" else finding.preset
     cmd = [  # `python -m normlab` is train.py, also where no checkout is around
         python,
         "-m",
         "normlab",
         "-m",
-        f"+experiment={finding.preset}",
+        f"+experiment={experiment}",
         f"hydra.sweep.dir={sweep.resolve()}",
         *overrides,
     ]
@@ -160,7 +164,8 @@ def run_preset(
     rc = 0 if rc == EXIT_INCOMPLETE and only_invalid_skipped(sweep) else rc
     sweep_s = time.perf_counter() - t0
     record: dict[str, Any] = {
-        "command": shlex.join(["python", "train.py", "-m", f"+experiment={finding.preset}", *overrides]),
+        "command": shlex.join(["python", "train.py", "-m", f"+experiment={experiment}", *overrides]),
+        "scale": scale,
         "started": started.isoformat(timespec="seconds"),
         "rc": rc,
         "sweep_s": round(sweep_s, 1),
@@ -224,6 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "a preset makes, on seeds its verdict does not use; the report then shows its arms as measured)",
     )
     parser.add_argument(
+        "--scale",
+        choices=("cpu", "paper"),
+        default="cpu",
+        help="cpu: the presets sized for 2 CPU cores (findings/NAME); paper: the sources' depth, width and "
+        "horizon (findings/paper/NAME), for a GPU",
+    )
+    parser.add_argument(
         "--readme",
         type=Path,
         help="also write the findings table between the findings markers of this README (README.md)",
@@ -256,21 +268,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     failed = []
     print(f"Reproducing {len(names)} finding(s) into {out}")
+    expected = expected_time(names, args.override, not args.no_perturb, args.calibrate, args.scale)
+    print(expected, flush=True)
     for i, name in enumerate(names, 1):
         finding = FINDINGS[name]
         print(f"[{i}/{len(names)}] {finding.number}. {finding.title} ({name})", flush=True)
         calibrated = None
         if args.calibrate and finding.calibration is not None:
             print("    calibration (seeds the verdict does not use)", flush=True)
-            calibrated = run_preset(finding, out, args.override, calibration=True)
-        record = run_preset(finding, out, args.override)
+            calibrated = run_preset(finding, out, args.override, calibration=True, scale=args.scale)
+        record = run_preset(finding, out, args.override, scale=args.scale)
         if calibrated is not None:
             record["calibration"] = {k: calibrated[k] for k in ("command", "rc", "wall_s")}
             record["wall_s"] = round(record["wall_s"] + calibrated["wall_s"], 1)
             record["rc"] = record["rc"] or calibrated["rc"]
         if finding.perturbation is not None and not args.no_perturb:
             print(f"    perturbed: {finding.perturbation.label}", flush=True)
-            second = run_preset(finding, out, args.override, perturbed=True)
+            second = run_preset(finding, out, args.override, perturbed=True, scale=args.scale)
             record["perturbed"] = {k: second[k] for k in ("command", "rc", "wall_s")}
             record["wall_s"] = round(record["wall_s"] + second["wall_s"], 1)
             record["rc"] = record["rc"] or second["rc"]
@@ -293,6 +307,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Total wall time: {fmt_duration(time.perf_counter() - t0)}")
     _print_verdicts(verdicts, path)
     return 1 if failed else 0
+
+
+def expected_time(
+    names: Sequence[str],
+    overrides: Sequence[str],
+    perturb: bool = True,
+    calibrate: bool = False,
+    scale: str = "cpu",
+) -> str:
+    """'Expected: about 24 min on 2 idle cores (…)', printed before anything runs (normlab.study.cost)."""
+    if scale == "paper":
+        return "Expected: the paper-scale presets are sized for a GPU (hours to days each); no CPU estimate."
+    core_s, jobs = 0.0, 0
+    for name in names:
+        finding = FINDINGS[name]
+        sweeps = [list(overrides)]
+        if perturb and finding.perturbation is not None:
+            sweeps.append([*overrides, *finding.perturbation.overrides])
+        if calibrate and finding.calibration is not None:
+            sweeps.append([*overrides, *finding.calibration.overrides])
+        for extra in sweeps:
+            c = sweep_cost(finding.preset, extra)
+            core_s, jobs = core_s + c.core_s, jobs + c.jobs
+    n = cores()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    busy = f"; load now {load:.1f}, so longer while other processes share the cores" if load else ""
+    return (
+        f"Expected: about {fmt_duration(core_s / n)} on {n} idle core(s) for {jobs} jobs"
+        f"{' with the perturbed sweeps' if perturb else ''}{busy} (normlab.study.cost)."
+    )
 
 
 def _latest_out() -> Path | None:

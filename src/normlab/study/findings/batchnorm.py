@@ -212,4 +212,7 @@ FINDING = Finding(
         chosen="the project defaults (lr 3e-3, Pre-LN, depth 6), where both norms learn at every batch size.",
     ),
     composite=True,
+    short="BatchNorm trains a Transformer LM worse than LayerNorm, less so at larger batches (our composite)",
+    paper_scale="Shen et al.: NLP Transformers; Wu & He: image models; neither at this model.",
+    can_happen="BatchNorm's statistics are noisiest at the smallest batches, and the sweep runs batch 4, where a position's statistics are means over 4 values: the degradation the claim is about can happen here. LayerNorm must learn at every batch size (checked).",
 )

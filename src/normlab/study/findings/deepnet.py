@@ -213,4 +213,6 @@ FINDING = Finding(
         "lr 5e-3 DeepNorm trained (1.85) and Post-LN stayed at 5.75.",
         chosen="the untied head at lr 5e-3: the setting where the norm, not the tied head, decides.",
     ),
+    short="At depth Post-LN's early model update explodes and training stalls; DeepNorm's does not",
+    paper_scale="Fig. 4(a): 18L-18L translation models; Fig. 5: 64-128-2 Transformers from 6L-6L to 100L-100L.",
 )

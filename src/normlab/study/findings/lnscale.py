@@ -161,4 +161,6 @@ FINDING = Finding(
         "LayerNorm Scaling addresses, or to show its effect where the deficit exists.",
     ),
     calibration=DEPTH_CALIBRATION,
+    short="LayerNorm Scaling curbs the stream's growth with depth and makes deep blocks contribute more",
+    paper_scale="LLaMA models of 130M to 7B parameters (12 to 32 layers); the 130M one trained for 20,000 steps of 512 × 256 tokens (lmsdss/LayerNorm-Scaling run_130m.sh).",
 )

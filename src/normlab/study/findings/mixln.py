@@ -165,4 +165,6 @@ FINDING = Finding(
         "the authors' own.",
     ),
     calibration=DEPTH_CALIBRATION,
+    short="Mix-LN's deep blocks contribute more than Pre-LN's, training as stably",
+    paper_scale="LLaMA models of 71M to 1B parameters (12 to 24 layers); the 130M one trained for 20,000 steps of 512 × 256 tokens (pixeli99/MixLN scripts/run_130m.sh).",
 )

@@ -217,4 +217,6 @@ FINDING = Finding(
         "GPT-2-style embeddings start the stream 50× smaller than the preset's, the setting most likely "
         "to change how much training makes it grow.",
     ),
+    short="Training grows the residual stream less under Peri-LN (double) than under Pre-LN",
+    paper_scale="Transformers of 400M, 1.5B and 3.2B parameters trained on 30B tokens.",
 )

@@ -258,4 +258,6 @@ FINDING = Finding(
         "val loss 4.16 / 2.36 / 2.28 at lr 1e-2.",
         chosen="lr 1e-2: higher than the project default, where spikes are likelier, and every arm learns.",
     ),
+    short="Small unscaled embeddings give larger early-layer gradients and loss spikes; Scaled Embed prevents the spikes",
+    paper_scale="pre-training runs of models with widths near 2,000 and 24 layers or more.",
 )

@@ -331,4 +331,7 @@ FINDING = Finding(
         "falling from 63.5 to ≈ 23 in tied Post-LN, ≈ 42 in tied Pre-LN, ≈ 60 untied.",
         chosen="the claim as those seeds showed it, tested on fresh seeds 3–7.",
     ),
+    short="Tied small embeddings hold Post-LN and DeepNorm at the unigram plateau while Pre-LN learns",
+    paper_scale="our own observation, at this scale only; the paper-scale preset runs GPT-2 small's shape, where tied N(0, 0.02) embeddings are GPT-2's own.",
+    can_happen="The stall is the claim itself (our observation); the tied Pre-LN and untied Post-LN controls show that a model of this depth learns at this learning rate, so a stall is the tied head's doing, not the setting's. Its scope is one depth (8) and one learning rate (1e-2); the robustness line runs lr ÷ 10.",
 )

@@ -285,4 +285,6 @@ FINDING = Finding(
         "at lr 0.3.",
         chosen="the paper's recipe as its §2 gives it; the calibration checked only that every arm learns.",
     ),
+    short="At high learning rates attention logits grow without qk-layernorm; with it the loss stays low and LR sensitivity drops",
+    paper_scale="small Transformers trained for 1e5 steps over a grid of learning rates and model sizes (§2, Figs. 1–2).",
 )

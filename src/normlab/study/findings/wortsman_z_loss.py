@@ -224,4 +224,6 @@ FINDING = Finding(
         chosen="lr 0.3 and 3,000 steps: the highest rate at which the logits diverge without the run "
         "diverging from another cause.",
     ),
+    short="Without weight decay the output logits diverge at high learning rates and the loss suffers; z-loss prevents it",
+    paper_scale="the same small Transformers over 1e5 steps, where the divergence hurts the loss towards the end (§3.1.2, Figs. 3–4).",
 )
