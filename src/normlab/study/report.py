@@ -466,7 +466,7 @@ def build_report(
     path.write_text("\n".join(lines).rstrip() + "\n")
     if readme is not None:
         intro = (
-            f"Generated with [the findings report]({os.path.relpath(path.resolve(), readme.resolve().parent)}) "
+            f"Generated with the findings report (`{os.path.relpath(path.resolve(), readme.resolve().parent)}`) "
             f"by `{command or 'scripts/reproduce.py'}`"
             + (
                 f" ({'; '.join(_totals(timings, names).split(': ', 1)[1:])})"

@@ -159,6 +159,13 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         f"ln(vocabulary size). The learning check is on the runs the verdict compares: z_loss={z1:g} at lr "
         f"{hi:g} (without z-loss a run may fail — that is the instability the claim is about)."
     ] + gate.notes
+    end = {z: cell(z)["log_z"].mean() for z in zs}
+    notes.append(
+        f"At the paper's coefficient the logits are not kept near 0 here: log Z ends at {end[z1]:.1f} with "
+        f"z-loss {z1:g} against {end[z0]:.1f} without"
+        + "".join(f" and {end[z]:.2f} with {z:g}" for z in zs if z not in (z0, z1))
+        + f" (step 0: {cell(z0)['log_z0'].mean():.1f}); the paper's runs are 1e5 steps long."
+    )
     if (base := baseline_note(rs)) is not None:
         notes.append(base)
     return Outcome.of(
