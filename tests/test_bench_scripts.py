@@ -162,3 +162,23 @@ def test_norm_op_benchmark_reports_both_norms_per_shape(repo_root, tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "BATCHxTOKENSxWIDTH" in bad.stderr
+
+
+def test_norm_share_script_writes_what_finding_5_reads(repo_root, tmp_path, cache_dir):
+    """scripts/bench_norm_share.py on the CPU (the code a GPU runs): the JSON finding 5 reads as
+    norm_share.json — device, LayerNorm's norm share per repetition, ABBA log ratios."""
+    out = tmp_path / "norm_share.json"
+    args = [
+        "--device=cpu",
+        "--reps=2",
+        "--steps=1",
+        "--threads=1",
+        f"--json={out}",
+        "depth=2",
+        f"data.cache_dir={cache_dir}",
+    ]
+    proc = run(repo_root, "scripts/bench_norm_share.py", *args)
+    assert "of its step" in proc.stdout and "log(t_LN / t_RMS)" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["device"] == "cpu" and len(result["share"]) == 2 and len(result["log_ratio"]) == 2
+    assert all(0 < s < 1 for s in result["share"])
