@@ -342,3 +342,27 @@ def test_every_finding_says_why_it_cannot_evaluate_unrelated_runs(tmp_path, name
     outcome = evaluate(name, load_runs(tmp_path / "s"))
     assert outcome.verdict == INCONCLUSIVE
     assert outcome.notes and outcome.notes[0].startswith("Could not evaluate")
+
+
+def test_arms_that_ran_the_same_seeds_are_compared_seed_by_seed(tmp_path):
+    """Issue 28: paired by seed where the arms share seeds. Seeds that move both arms together (a spread of
+    ±0.3 nats) hide a consistent 0.01-nat difference from Welch's test, not from the paired one."""
+    from normlab.analysis.estimate import difference
+    from normlab.study.findings._common import compare, loss_of
+
+    ln = [3.0, 3.3, 2.7, 3.2, 2.8]
+    rms = [x + 0.01 + 0.002 * ((i % 3) - 1) for i, x in enumerate(ln)]
+    sweep = rms_sweep(tmp_path / "sweep", {"ln": ln, "rms": rms}, 0.10, 0.01)
+    rs, outcome = evaluate_sweep("rmsnorm_speed", sweep)
+    equal = outcome.checks[0]
+    assert equal.verdict == REPRODUCED and equal.est.df == 4  # n − 1: paired by seed
+    welch = difference(loss_of(rs, norm="rms"), loss_of(rs, norm="ln"))
+    assert welch.se > 20 * equal.est.se  # the unpaired interval is far wider
+    # different seeds in the two arms: no pairing, Welch
+    other = Sweep(tmp_path / "other", "rmsnorm_speed")
+    for norm, seeds in (("ln", range(5)), ("rms", range(5, 10))):
+        for seed, loss in zip(seeds, ln, strict=True):
+            other.add({"norm.name": norm, "seed": seed}, final_val=loss)
+    rs2 = load_runs(tmp_path / "other")
+    est = compare(rs2, loss_of(rs2, norm="rms"), loss_of(rs2, norm="ln"))
+    assert est.df != 4 and est.value == pytest.approx(0.0)

@@ -50,8 +50,9 @@ CONFIDENCE = 1 - 2 * ALPHA  # the two-sided interval shown in the tables (90 %)
 
 RULE = (
     f"Every check is a one-sided test at level α = {ALPHA:g} on the mean over seeds, with Student-t "
-    "critical values: n − 1 degrees of freedom for one group, Welch–Satterthwaite for differences of "
-    f"groups. Tables show the estimate and its two-sided {100 * CONFIDENCE:.0f} % confidence interval "
+    "critical values: n − 1 degrees of freedom for one group and for a difference between arms that ran "
+    "the same seeds (paired by seed: each seed's difference, which removes what the arms share — data "
+    "order, seed), Welch–Satterthwaite for arms that did not. Tables show the estimate and its two-sided {100 * CONFIDENCE:.0f} % confidence interval "
     "[lo, hi], from which each verdict can be read. A *directional* claim is signed so that positive is "
     "the claimed direction and has a stated margin δ ≥ 0, the smallest effect that counts as the claimed "
     "one (from the paper where it reports a size, else a stated smallest effect of interest): it is "

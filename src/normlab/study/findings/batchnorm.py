@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from normlab.analysis.estimate import Estimate, combination, difference, fmt_estimate
+from normlab.analysis.estimate import Estimate, combination, fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grid, plot_loss
 from normlab.study.findings._common import (
@@ -36,6 +36,7 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     diverged_count,
     fmt_series,
     group_labels,
@@ -58,7 +59,7 @@ SLOPE_MARGIN = 0.02
 
 def slope_of(gaps: dict[int, Estimate]) -> Estimate:
     """Least-squares slope of the BN − LN gap against log₂(batch size), as a linear combination of the
-    independent per-batch gap estimates (Welch–Satterthwaite degrees of freedom)."""
+    per-batch gap estimates (independent across batch sizes; Welch–Satterthwaite degrees of freedom)."""
     x = np.log2(np.array(list(gaps), dtype=float))
     w = (x - x.mean()) / np.sum((x - x.mean()) ** 2)
     return combination(zip(w.tolist(), gaps.values(), strict=True))
@@ -110,8 +111,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     for b in batches:
         lb = {n: loss_of(rs, norm=n, batch_size=b) for n in ("bn", "ln")}
         tr = {n: where(rs, norm=n, batch_size=b)["final_train_loss"].astype(float) for n in ("bn", "ln")}
-        gap[b] = difference(lb["bn"], lb["ln"])
-        train_gap[b] = difference(tr["bn"], tr["ln"])
+        gap[b] = compare(rs, lb["bn"], lb["ln"])
+        train_gap[b] = compare(rs, tr["bn"], tr["ln"])
         for n in ("bn", "ln"):
             runs = where(rs, norm=n, batch_size=b)
             table.append(
@@ -134,7 +135,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     checks = [
         check(
             f"BatchNorm ends worse than LayerNorm at batch {b}",
-            f"final val loss BN − LN at batch size {b} (Welch)",
+            f"final val loss BN − LN at batch size {b} (paired by seed)",
             g,
             margin=GAP_MARGIN,
             unit="nats",

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
-from normlab.analysis.estimate import difference
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_loss, plot_model_update
 from normlab.metrics import names
@@ -35,6 +35,7 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     diverged_count,
     fmt_series,
     group_labels,
@@ -84,7 +85,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         runs = _variant(rs, norm, placement)
         loss[label] = loss_of(rs, norm=norm, placement=placement)
         rows = [early_update(rs, run) for run in runs.index]
-        early[label] = [r[0] for r in rows]
+        early[label] = pd.Series([r[0] for r in rows], index=runs.index, dtype=float)
         counted += [r[1] for r in rows]
         end = [run_metric(rs, run, names.MODEL_UPDATE) for run in runs.index]
         table.append(
@@ -125,9 +126,9 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     update_name = "Post-LN's early model update is larger than DeepNorm's (at least 1.5×)"
     update_statistic = (
         f"mean of log ‖F(x,θ_t) − F(x,θ_0)‖ over steps 1–{EARLY_STEPS}, each measured: "
-        "Post-LN − DeepNorm (Welch); log 1.5 = 0.405"
+        "Post-LN − DeepNorm (paired by seed); log 1.5 = 0.405"
     )
-    update_gap = difference(early["Post-LN"], early["DeepNorm"])
+    update_gap = compare(rs, early["Post-LN"], early["DeepNorm"])
     fewest = min(counted, default=0)
     if fewest >= MIN_EARLY:
         update = check(update_name, update_statistic, update_gap, margin=UPDATE_MARGIN)
@@ -144,8 +145,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         update,
         check(
             "Post-LN's training stalls where DeepNorm's proceeds",
-            "final val loss of Post-LN − DeepNorm (difference of seed means, Welch)",
-            difference(loss["Post-LN"], loss["DeepNorm"]),
+            "final val loss of Post-LN − DeepNorm (paired by seed)",
+            compare(rs, loss["Post-LN"], loss["DeepNorm"]),
             margin=LOSS_MARGIN,
             unit="nats",
         ),
@@ -160,8 +161,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     if has_control:
         stall = check(
             "Without DeepNorm, Post-LN fails at this depth: it ends worse than Pre-LN",
-            "final val loss of Post-LN − Pre-LN (Welch)",
-            difference(loss["Post-LN"], loss["Pre-LN (control)"]),
+            "final val loss of Post-LN − Pre-LN (paired by seed)",
+            compare(rs, loss["Post-LN"], loss["Pre-LN (control)"]),
             margin=LOSS_MARGIN,
             unit="nats",
         )

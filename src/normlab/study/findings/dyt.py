@@ -17,7 +17,7 @@ verdict is about d_model 64 and 300 steps, and says so: the authors' smallest LL
 
 from __future__ import annotations
 
-from normlab.analysis.estimate import difference, fmt_estimate
+from normlab.analysis.estimate import fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_loss
 from normlab.study.findings._common import (
@@ -28,6 +28,7 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     diverged_count,
     fmt_series,
     group_labels,
@@ -47,11 +48,11 @@ NORMS = {"ln": "LayerNorm", "dyt": "DyT"}
 def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     need(rs, "norm", list(NORMS))
     loss = {n: loss_of(rs, norm=n) for n in NORMS}
-    gap = difference(loss["dyt"], loss["ln"])
+    gap = compare(rs, loss["dyt"], loss["ln"])
     checks = [
         equivalence_check(
             "DyT's final val loss matches LayerNorm's",
-            "final val loss of DyT − LayerNorm (difference of seed means, Welch); equal within "
+            "final val loss of DyT − LayerNorm (paired by seed); equal within "
             f"±{LOSS_MARGIN:g} nats by two one-sided tests",
             gap,
             margin=LOSS_MARGIN,

@@ -24,7 +24,7 @@ after the first); where either fails, the verdict is *not tested here*.
 
 from __future__ import annotations
 
-from normlab.analysis.estimate import difference, estimate, fmt_estimate
+from normlab.analysis.estimate import estimate, fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_act_rms, plot_layer_ablation
 from normlab.study.findings._common import (
@@ -34,6 +34,7 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     fmt_series,
     group_labels,
     learned_count,
@@ -69,15 +70,15 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     curbs = check(
         "LayerNorm Scaling curbs the growth with depth that training adds",
         "change from step 0 to the end of log(RMS after the last block / after the first): Pre-LN − "
-        "LayerNorm Scaling (Welch); what training did, not what the initialisation built in (as finding 4)",
-        difference(added["pre"], added["lnscale"]),
+        "LayerNorm Scaling (paired by seed); what training did, not what the initialisation built in (as finding 4)",
+        compare(rs, added["pre"], added["lnscale"]),
         margin=GROWTH_MARGIN,
     )
     curbs_end = check(
         "LayerNorm Scaling's stream grows less with depth at the end of training",
-        "log(RMS after the last block / after the first) at the end: Pre-LN − LayerNorm Scaling (Welch); "
+        "log(RMS after the last block / after the first) at the end: Pre-LN − LayerNorm Scaling (paired by seed); "
         "includes the smaller growth its 1/√l scaling gives at initialisation",
-        difference(pre["growth_end"], lns["growth_end"]),
+        compare(rs, pre["growth_end"], lns["growth_end"]),
         margin=GROWTH_MARGIN,
         counts=False,
     )
@@ -85,8 +86,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     raises = check(
         "LayerNorm Scaling's deeper blocks contribute more than Pre-LN's",
         f"mean loss rise when one of blocks {depth // 2}–{depth - 1} is skipped: LayerNorm Scaling − Pre-LN "
-        "(Welch)",
-        difference(lns["deep"], pre["deep"]),
+        "(paired by seed)",
+        compare(rs, lns["deep"], pre["deep"]),
         margin=CONTRIBUTION_MARGIN,
         unit="nats",
     )
@@ -112,7 +113,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     gate = require_learning(rs, {label: where(rs, placement=pl) for pl, label in PLACEMENTS.items()})
     notes = [
         f"Final val loss, LayerNorm Scaling − Pre-LN: "
-        f"{fmt_estimate(difference(loss_of(rs, placement='lnscale'), loss_of(rs, placement='pre')), CONFIDENCE)} nats "
+        f"{fmt_estimate(compare(rs, loss_of(rs, placement='lnscale'), loss_of(rs, placement='pre')), CONFIDENCE)} nats "
         "(the paper reports LayerNorm Scaling lower; not part of the claim tested here).",
         *gate.notes,
     ]

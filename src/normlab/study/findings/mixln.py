@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
-from normlab.analysis.estimate import difference, estimate, fmt_estimate
+from normlab.analysis.estimate import estimate, fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grad_norm, plot_layer_ablation
 from normlab.metrics import names
@@ -38,6 +39,7 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     diverged_count,
     fmt_series,
     group_labels,
@@ -80,20 +82,23 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     prof = {pl: depth_profile(rs, where(rs, placement=pl).index) for pl in PLACEMENTS}
     pre, mix = prof["pre"], prof["mixln"]
     depth = int(pre["depth"].max())
-    peaks = {pl: [grad_peak(rs, r) for r in where(rs, placement=pl).index] for pl in PLACEMENTS}
+    peaks = {
+        pl: pd.Series({r: grad_peak(rs, r) for r in where(rs, placement=pl).index}, dtype=float)
+        for pl in PLACEMENTS
+    }
     cursed = curse_of_depth(pre, depth)
     deeper = check(
         "Mix-LN's deeper blocks contribute more than Pre-LN's",
-        f"mean loss rise when one of blocks {depth // 2}–{depth - 1} is skipped: Mix-LN − Pre-LN (Welch)",
-        difference(mix["deep"], pre["deep"]),
+        f"mean loss rise when one of blocks {depth // 2}–{depth - 1} is skipped: Mix-LN − Pre-LN (paired by seed)",
+        compare(rs, mix["deep"], pre["deep"]),
         margin=CONTRIBUTION_MARGIN,
         unit="nats",
     )
     stable = check(
         "Mix-LN trains as stably as Pre-LN (its gradient-norm peaks are not larger)",
-        "log(max / median gradient norm after warm-up): Pre-LN − Mix-LN + log 1.25 (Welch); positive when "
+        "log(max / median gradient norm after warm-up): Pre-LN − Mix-LN + log 1.25 (paired by seed); positive when "
         "Mix-LN's peak is less than 25 % above Pre-LN's (non-inferiority)",
-        difference(peaks["pre"], peaks["mixln"]) + STABILITY_MARGIN,
+        compare(rs, peaks["pre"], peaks["mixln"]) + STABILITY_MARGIN,
     )
     table = []
     for pl, label in PLACEMENTS.items():
@@ -117,7 +122,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     gate = require_learning(rs, {label: where(rs, placement=pl) for pl, label in PLACEMENTS.items()})
     notes = [
         f"Final val loss, Mix-LN − Pre-LN: "
-        f"{fmt_estimate(difference(loss_of(rs, placement='mixln'), loss_of(rs, placement='pre')), CONFIDENCE)} nats "
+        f"{fmt_estimate(compare(rs, loss_of(rs, placement='mixln'), loss_of(rs, placement='pre')), CONFIDENCE)} nats "
         "(the paper reports Mix-LN lower; not part of the claim tested here).",
         *gate.notes,
     ]

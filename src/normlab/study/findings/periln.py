@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from normlab.analysis.estimate import difference, estimate, fmt_estimate
+from normlab.analysis.estimate import estimate, fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure, plot_act_rms
 from normlab.analysis.stats import finite, layer_columns
@@ -36,6 +36,7 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     fmt_series,
     group_labels,
     learned_count,
@@ -91,8 +92,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     need(rs, "placement", list(PLACEMENTS))
     g: dict[str, pd.DataFrame] = {}
     for pl in PLACEMENTS:
-        rows = [growth(rs, run) for run in where(rs, placement=pl).index]
-        g[pl] = pd.DataFrame([r for r in rows if r])
+        rows = {run: growth(rs, run) for run in where(rs, placement=pl).index}
+        g[pl] = pd.DataFrame.from_dict({run: r for run, r in rows.items() if r}, orient="index")
         if g[pl].empty:
             raise CannotEvaluate(f"no residual-stream RMS (act_rms/layer_i) at step 0 and later for {pl}")
     end_step = int(g["pre"]["end_step"].max())
@@ -106,14 +107,14 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     checks = [
         check(
             "That growth with the layer index is smaller under Peri-LN",
-            "the same change, Pre-LN − Peri-LN (Welch)",
-            difference(g["pre"]["layer_growth"], g["double"]["layer_growth"]),
+            "the same change, Pre-LN − Peri-LN (paired by seed)",
+            compare(rs, g["pre"]["layer_growth"], g["double"]["layer_growth"]),
             margin=GROWTH_MARGIN,
         ),
         check(
             "Training grows the stream more under Pre-LN than under Peri-LN",
-            f"mean over blocks of log(RMS at step {end_step} / RMS at step 0): Pre-LN − Peri-LN (Welch)",
-            difference(g["pre"]["time_growth"], g["double"]["time_growth"]),
+            f"mean over blocks of log(RMS at step {end_step} / RMS at step 0): Pre-LN − Peri-LN (paired by seed)",
+            compare(rs, g["pre"]["time_growth"], g["double"]["time_growth"]),
             margin=GROWTH_MARGIN,
         ),
     ]

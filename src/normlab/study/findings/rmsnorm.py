@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab.analysis.estimate import Estimate, difference, estimate
+from normlab.analysis.estimate import Estimate, estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure, plot_loss
 from normlab.study.findings._common import (
@@ -37,6 +37,7 @@ from normlab.study.findings._common import (
     Measurement,
     Perturbation,
     baseline_note,
+    compare,
     fmt,
     fmt_series,
     group_labels,
@@ -132,9 +133,9 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     checks = [
         equivalence_check(
             "RMSNorm's final val loss matches LayerNorm's",
-            "final val loss of RMSNorm − LayerNorm (difference of seed means, Welch); equal within "
+            "final val loss of RMSNorm − LayerNorm (paired by seed); equal within "
             f"±{LOSS_MARGIN:g} nats by two one-sided tests",
-            difference(loss["rms"], loss["ln"]),
+            compare(rs, loss["rms"], loss["ln"]),
             margin=LOSS_MARGIN,
             unit="nats",
         )
@@ -169,7 +170,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         check(
             "(sweep throughput, informational) RMSNorm processes more tokens/s",
             "log(tokens/s) of RMSNorm − LayerNorm over the sweep's runs (parallel jobs on shared cores: noisy)",
-            difference(np.log(tps["rms"]), np.log(tps["ln"])),
+            compare(rs, np.log(tps["rms"]), np.log(tps["ln"])),
             counts=False,
         )
     )

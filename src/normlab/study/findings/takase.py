@@ -29,9 +29,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
-from normlab.analysis.estimate import difference, estimate
+from normlab.analysis.estimate import estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grad_heatmap, plot_grad_norm
 from normlab.metrics import names
@@ -42,6 +43,7 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     diverged_count,
     fmt_series,
     group_labels,
@@ -145,12 +147,16 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     ratio, grad, score, excess, table = {}, {}, {}, {}, []
     for scale in [VANILLA, SCALED, *others]:
         runs = where(rs, embed_scale=scale)
-        ratio[scale] = [
-            early_ratio(rs, run, int(r["depth"]), int(r["train.max_steps"])) for run, r in runs.iterrows()
-        ]
-        grad[scale] = [mean_log_grad_norm(rs, run) for run in runs.index]
+        ratio[scale] = pd.Series(
+            {
+                run: early_ratio(rs, run, int(r["depth"]), int(r["train.max_steps"]))
+                for run, r in runs.iterrows()
+            },
+            dtype=float,
+        )
+        grad[scale] = pd.Series({run: mean_log_grad_norm(rs, run) for run in runs.index}, dtype=float)
         spikes = [run_spike(rs, run) for run in runs.index]
-        score[scale] = [sc for sc, _ in spikes]
+        score[scale] = pd.Series([sc for sc, _ in spikes], index=runs.index, dtype=float)
         excess[scale] = [sc - q for sc, q in spikes]
         watch = {summary_value(rs, run, "spike_watch_start") for run in runs.index} - {None}
         table.append(
@@ -175,24 +181,24 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             check(
                 tag + "Small embeddings give larger early-layer gradients",
                 "log(mean ‖g‖ of block 0 / mean ‖g‖ of the last block) over the first 20 % of steps: "
-                f"embed_scale={small} − embed_scale={large} (Welch)",
-                difference(ratio[small], ratio[large]),
+                f"embed_scale={small} − embed_scale={large} (paired by seed)",
+                compare(rs, ratio[small], ratio[large]),
                 margin=RATIO_MARGIN,
                 counts=counts,
             ),
             check(
                 tag + "Small embeddings give a larger gradient norm",
                 f"mean over steps of log ‖g‖ (global, before clipping): embed_scale={small} − "
-                f"embed_scale={large} (Welch)",
-                difference(grad[small], grad[large]),
+                f"embed_scale={large} (paired by seed)",
+                compare(rs, grad[small], grad[large]),
                 margin=GRAD_MARGIN,
                 counts=counts,
             ),
             check(
                 tag + "Scaling the embeddings up removes the loss spikes",
                 f"spike score (largest rise of the loss above its running median of {SPIKE_WINDOW} steps, "
-                f"in robust-noise units): embed_scale={small} − embed_scale={large} (Welch)",
-                difference(score[small], score[large]),
+                f"in robust-noise units): embed_scale={small} − embed_scale={large} (paired by seed)",
+                compare(rs, score[small], score[large]),
                 margin=SPIKE_MARGIN,
                 counts=counts,
             ),

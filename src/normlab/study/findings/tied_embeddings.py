@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from normlab.analysis.estimate import Estimate, difference, estimate, fmt_estimate
+from normlab.analysis.estimate import Estimate, estimate, fmt_estimate
 from normlab.analysis.load import RunSet, UnknownKey
 from normlab.analysis.plots import ReportFigure
 from normlab.analysis.stats import layer_columns
@@ -36,6 +36,7 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     diverged_count,
     end_loss,
     fmt_series,
@@ -128,17 +129,23 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     gap = {label: gap_to_unigram(rs, runs) for label, runs in present.items()}
     loss = {label: end_loss(rs, runs) for label, runs in present.items()}
     ratio = {
-        label: [
-            bottom_top_ratio(rs, r, int(row["depth"]), int(row["train.max_steps"]))
-            for r, row in runs.iterrows()
-        ]
+        label: pd.Series(
+            {
+                r: bottom_top_ratio(rs, r, int(row["depth"]), int(row["train.max_steps"]))
+                for r, row in runs.iterrows()
+            },
+            dtype=float,
+        )
         for label, runs in present.items()
     }
     decay = {
         label: [decay_per_block(rs, r, int(row["train.max_steps"])) for r, row in runs.iterrows()]
         for label, runs in present.items()
     }
-    rank = {label: [rank_change(rs, r) for r in runs.index] for label, runs in present.items()}
+    rank = {
+        label: pd.Series({r: rank_change(rs, r) for r in runs.index}, dtype=float)
+        for label, runs in present.items()
+    }
     has_baseline = all(math.isfinite(v) for v in gap["Post-LN, tied"])
 
     def plateau_check(label: str) -> object:
@@ -169,24 +176,24 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         ),
         check(
             "Untying the LM head rescues Post-LN",
-            "final val loss, Post-LN tied − untied (Welch)",
-            difference(loss["Post-LN, tied"], loss["Post-LN, untied"]),
+            "final val loss, Post-LN tied − untied (paired by seed)",
+            compare(rs, loss["Post-LN, tied"], loss["Post-LN, untied"]),
             margin=RESCUE_MARGIN,
             unit="nats",
         ),
         check(
             "Mechanism: in tied Post-LN the lower blocks' gradient decays from the top",
             "mean over the logged steps in the first 20 % of log(‖g_block0‖ / ‖g_last‖): Post-LN untied − "
-            "tied (Welch); positive = the tied model's bottom block gets relatively less gradient",
-            difference(ratio["Post-LN, untied"], ratio["Post-LN, tied"]),
+            "tied (paired by seed); positive = the tied model's bottom block gets relatively less gradient",
+            compare(rs, ratio["Post-LN, untied"], ratio["Post-LN, tied"]),
             margin=DECAY_MARGIN,
         ),
     ]
     rank_stat = (
         "log(effective rank of the token embedding at the end / at step 0): Pre-LN tied − Post-LN tied "
-        "(Welch); positive = the Post-LN embedding lost more rank"
+        "(paired by seed); positive = the Post-LN embedding lost more rank"
     )
-    rank_est = difference(rank["Pre-LN, tied"], rank["Post-LN, tied"])
+    rank_est = compare(rs, rank["Pre-LN, tied"], rank["Post-LN, tied"])
     if math.isfinite(rank_est.value):
         checks.append(
             check(

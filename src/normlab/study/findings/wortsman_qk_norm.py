@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from normlab.analysis.estimate import difference, fmt_estimate
+from normlab.analysis.estimate import fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure
 from normlab.analysis.stats import layer_columns
@@ -35,6 +35,8 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
+    compare_by_seed,
     end_loss,
     fmt_series,
     key,
@@ -132,8 +134,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             check(
                 f"Without qk-layernorm, attention logits grow more at a high learning rate ({hi:g} vs {lo:g})",
                 f"log of the largest attention logit (over blocks) at the end of training, qk_norm=none: "
-                f"lr {hi:g} − lr {lo:g} (Welch); log 1.5 = 0.405",
-                difference(np.log(cell("none", hi, "logit_end")), np.log(cell("none", lo, "logit_end"))),
+                f"lr {hi:g} − lr {lo:g} (paired by seed); log 1.5 = 0.405",
+                compare(rs, np.log(cell("none", hi, "logit_end")), np.log(cell("none", lo, "logit_end"))),
                 margin=LOGIT_MARGIN,
             ),
             "A higher learning rate or a longer run grows them (Wortsman et al. Fig. 1).",
@@ -141,8 +143,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         Precondition.shown_by(
             check(
                 f"Without qk-layernorm, training degrades at the highest learning rate ({lrs[-1]:g})",
-                f"min(final val loss, ℓ₀), qk_norm=none: lr {lrs[-1]:g} − its best lr {best_none:g} (Welch)",
-                difference(cell("none", lrs[-1], "loss"), cell("none", best_none, "loss")),
+                f"min(final val loss, ℓ₀), qk_norm=none: lr {lrs[-1]:g} − its best lr {best_none:g} (paired by seed)",
+                compare(rs, cell("none", lrs[-1], "loss"), cell("none", best_none, "loss")),
                 margin=LOSS_MARGIN,
                 unit="nats",
             ),
@@ -152,23 +154,25 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     checks = [
         check(
             f"qk-layernorm keeps them smaller at lr {hi:g}",
-            f"log of the largest attention logit at the end, lr {hi:g}: qk_norm=none − qk_norm=ln (Welch)",
-            difference(np.log(cell("none", hi, "logit_end")), np.log(cell("ln", hi, "logit_end"))),
+            f"log of the largest attention logit at the end, lr {hi:g}: qk_norm=none − qk_norm=ln (paired by seed)",
+            compare(rs, np.log(cell("none", hi, "logit_end")), np.log(cell("ln", hi, "logit_end"))),
             margin=LOGIT_MARGIN,
         ),
         check(
             f"qk-layernorm trains to a lower loss at the highest learning rate ({lrs[-1]:g})",
-            f"min(final val loss, ℓ₀) at lr {lrs[-1]:g}: qk_norm=none − qk_norm=ln (Welch; a diverged run "
-            "counts at ℓ₀)",
-            difference(cell("none", lrs[-1], "loss"), cell("ln", lrs[-1], "loss")),
+            f"min(final val loss, ℓ₀) at lr {lrs[-1]:g}: qk_norm=none − qk_norm=ln (paired by seed; a diverged "
+            "run counts at ℓ₀)",
+            compare(rs, cell("none", lrs[-1], "loss"), cell("ln", lrs[-1], "loss")),
             margin=LOSS_MARGIN,
             unit="nats",
         ),
         check(
             "qk-layernorm lowers LR sensitivity",
-            "LR sensitivity E_η[min(ℓ(η), ℓ₀) − ℓ*] over the grid, per seed: qk_norm=none − qk_norm=ln (Welch)",
-            difference(
-                sens.loc[sens["variant"] == "none", "sens"], sens.loc[sens["variant"] == "ln", "sens"]
+            "LR sensitivity E_η[min(ℓ(η), ℓ₀) − ℓ*] over the grid, per seed: qk_norm=none − qk_norm=ln "
+            "(paired by seed)",
+            compare_by_seed(
+                sens[sens["variant"] == "none"].set_index("seed")["sens"],
+                sens[sens["variant"] == "ln"].set_index("seed")["sens"],
             ),
             margin=SENS_MARGIN,
             unit="nats",

@@ -25,7 +25,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from normlab.analysis.estimate import difference, estimate
+from normlab.analysis.estimate import estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure
 from normlab.study.findings._common import (
@@ -37,6 +37,7 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     end_loss,
     fmt_series,
     key,
@@ -79,8 +80,8 @@ def table_of(rs: RunSet) -> pd.DataFrame:
     )
 
 
-def _log_abs(x: pd.Series) -> np.ndarray:
-    return np.log(np.abs(x.to_numpy(dtype=float)))
+def _log_abs(x: pd.Series) -> pd.Series:
+    return np.log(np.abs(x.astype(float)))
 
 
 def evaluate(rs: RunSet, extras: Extras) -> Outcome:
@@ -119,8 +120,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     def keeps_near_zero(z: float, counts: bool):
         return check(
             f"z-loss {z:g} keeps log Z near 0: |log Z| at most half of what it is without (lr {hi:g})",
-            f"log |log Z| at the end: z_loss={z0:g} − z_loss={z:g} (Welch)",
-            difference(_log_abs(bare["log_z"]), _log_abs(cell(z)["log_z"])),
+            f"log |log Z| at the end: z_loss={z0:g} − z_loss={z:g} (paired by seed)",
+            compare(rs, _log_abs(bare["log_z"]), _log_abs(cell(z)["log_z"])),
             margin=DRIFT_MARGIN,
             counts=counts,
         )
@@ -129,8 +130,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         keeps_near_zero(z1, True),
         check(
             f"z-loss {z1:g} ends with a lower loss at lr {hi:g}",
-            f"final val loss: z_loss={z0:g} − z_loss={z1:g} (Welch; a diverged run counts at its step-0 loss)",
-            difference(bare["loss"], cell(z1)["loss"]),
+            f"final val loss: z_loss={z0:g} − z_loss={z1:g} (paired by seed; a diverged run counts at its step-0 loss)",
+            compare(rs, bare["loss"], cell(z1)["loss"]),
             margin=LOSS_MARGIN,
             unit="nats",
         ),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from normlab.analysis.estimate import difference, fmt_estimate
+from normlab.analysis.estimate import fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grid, plot_loss
 from normlab.study.findings._common import (
@@ -29,12 +29,14 @@ from normlab.study.findings._common import (
     Finding,
     Perturbation,
     baseline_note,
+    compare,
     diverged_count,
     fmt_series,
     group_labels,
     learned_count,
     loss_of,
     need,
+    paired,
     per_seed,
     require_learning,
     values,
@@ -54,19 +56,28 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         raise CannotEvaluate("the runs use a single warmup length; the finding needs with and without")
     w0, w1 = warmups[0], warmups[-1]
     loss = {(pl, w): loss_of(rs, placement=pl, warmup_steps=w) for pl in ("pre", "post") for w in (w0, w1)}
-    gap0 = difference(loss[("post", w0)], loss[("pre", w0)])
-    gap1 = difference(loss[("post", w1)], loss[("pre", w1)])
+    gap0 = compare(rs, loss[("post", w0)], loss[("pre", w0)])
+    gap1 = compare(rs, loss[("post", w1)], loss[("pre", w1)])
     gap = check(
         f"Without warm-up (warmup_steps={w0}), Post-LN ends with a higher loss than Pre-LN",
-        "Δ₀ = final val loss of Post-LN − Pre-LN, both without warm-up (difference of seed means, Welch)",
+        "Δ₀ = final val loss of Post-LN − Pre-LN, both without warm-up (paired by seed)",
         gap0,
         margin=GAP_MARGIN,
         unit="nats",
     )
     closes = check(
         f"Warm-up ({w1} steps) closes most (more than half) of that gap",
-        "Δ₀ − 2·Δ_w, where Δ_w is the same gap with warm-up; positive when Δ_w < Δ₀/2",
-        gap0 - gap1.scale(2.0),
+        "Δ₀ − 2·Δ_w, where Δ_w is the same gap with warm-up; positive when Δ_w < Δ₀/2 (per seed across "
+        "the four arms)",
+        paired(
+            rs,
+            [
+                (1.0, loss[("post", w0)]),
+                (-1.0, loss[("pre", w0)]),
+                (-2.0, loss[("post", w1)]),
+                (2.0, loss[("pre", w1)]),
+            ],
+        ),
         margin=GAP_MARGIN,
         unit="nats",
     )
@@ -96,7 +107,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     ]
     if math.isfinite(gap0.value) and gap0.value > 0 and fails.met:
         notes[0] += f" Warm-up closes {100 * (1 - gap1.value / gap0.value):.0f} % of the gap."
-    pre_cost = difference(loss[("pre", w0)], loss[("pre", w1)])
+    pre_cost = compare(rs, loss[("pre", w0)], loss[("pre", w1)])
     notes.append(
         f"Pre-LN without warm-up − with: {fmt_estimate(pre_cost, CONFIDENCE)} nats (positive: warm-up helps Pre-LN too)."
     )
