@@ -229,14 +229,19 @@ def finding_section(
     if finding.calibration is not None:
         cal = finding.calibration
         seeds = ", ".join(str(x) for x in cal.seeds)
-        lines += [
-            f"**Calibration** (seed{'s' if len(cal.seeds) > 1 else ''} {seeds}, which the verdict does not "
-            f"use). {cal.arms} Chosen: {cal.chosen} Re-run: `python scripts/reproduce.py {finding.name} "
-            "--calibrate`.",
-            "",
-        ]
-        if calibration is not None:
-            lines += ["Calibration arms as re-run here:", "", calibration, ""]
+        head = f"**Calibration** (seed{'s' if len(cal.seeds) > 1 else ''} {seeds}, which the verdict does not use)."
+        rerun = f"Re-run: `python scripts/reproduce.py {finding.name} --calibrate`."
+        if calibration is None:  # the arms as we recorded them when the choice was made
+            lines += [f"{head} {cal.arms} Chosen: {cal.chosen} {rerun}", ""]
+        else:  # the arms as measured by the calibration sweep beside this one
+            lines += [
+                f"{head} Final validation loss by arm:",
+                "",
+                calibration,
+                "",
+                f"Chosen: {cal.chosen} {rerun}",
+                "",
+            ]
     cmd = f"python train.py -m +experiment={finding.preset}"
     if record:  # as it ran; sweeps from before the presets moved to findings/ named them without it
         cmd = record["command"].replace(f"+experiment={finding.name}", f"+experiment={finding.preset}")

@@ -102,7 +102,8 @@ FINDING = Finding(
     11,
     "dyt_vs_ln",
     "DyT vs LayerNorm: loss",
-    "Dynamic Tanh in place of every LayerNorm of a Pre-LN model reaches the same loss (within ±0.05 nats).",
+    "Dynamic Tanh in place of every LayerNorm of a Pre-LN model, with the authors' LLaMA recipe (no β, α₀ per "
+    "slot, an untied head, a learnable √d embedding scale), reaches the same loss (within ±0.05 nats).",
     "Zhu et al. 2025, *Transformers without Normalization* (CVPR), as the authors' README puts it: models "
     'with DyT achieve "similar or better performance than their normalized counterparts".',
     False,
