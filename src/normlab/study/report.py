@@ -274,10 +274,11 @@ def finding_section(
         lines += ["Runs that learned nothing cannot test the claim, so the verdict is *setup failed*.", ""]
     for pre in outcome.preconditions:
         if pre.met:
-            lines += [f"Can this happen here? Yes — {pre.name}: {pre.observed}.", ""]
+            lines += [f"Can this happen here? Yes — {_sentence(pre.name)}: {pre.observed}.", ""]
         else:
             lines += [
-                f"Can this happen here? Not shown — {pre.sentence} The verdict is therefore *not tested here*.",
+                f"Can this happen here? Not shown — {_sentence(pre.sentence)} The verdict is therefore "
+                "*not tested here*.",
                 "",
             ]
     for note in outcome.notes:
@@ -322,11 +323,24 @@ def headline(outcome: Outcome) -> str:
     if outcome.verdict == SETUP_FAILED and outcome.setup_failures:
         return f"{verdict}: {outcome.setup_failures[0]}"
     parts = [
-        f"check {i}: {fmt_estimate(c.est, CONFIDENCE, 2, unit=c.unit, significant=True)} vs {c.rule} ({c.verdict})"
-        for i, c in enumerate(outcome.checks, 1)
+        f"{_brief(c.name)} {fmt_estimate(c.est, CONFIDENCE, 2, unit=c.unit, significant=True)} vs {c.rule} "
+        f"({c.verdict})"
+        for c in outcome.checks
         if c.counts
     ]
     return f"{verdict}: " + "; ".join(parts) if parts else verdict
+
+
+def _brief(name: str, words: int = 9) -> str:
+    """A check's name cut to its first words, for a table cell: 'Warm-up (100 steps) closes most …:'."""
+    parts = name.split()
+    text = " ".join(parts[:words]) + (" …" if len(parts) > words else "")
+    return text.rstrip(".") + ":"
+
+
+def _sentence(text: str) -> str:
+    """A name that starts a sentence, continuing one: its first letter lower-cased (not an acronym's)."""
+    return text[0].lower() + text[1:] if text[:1].isupper() and not text[1:2].isupper() else text
 
 
 def readme_table(rows: Sequence[Sequence[str]], command: str, intro: str) -> str:
@@ -474,7 +488,7 @@ def build_report(
             f"Generated with the findings report (`{os.path.relpath(path.resolve(), readme.resolve().parent)}`) "
             f"by `{command or 'scripts/reproduce.py'}`"
             + (
-                f" ({'; '.join(_totals(timings, names).split(': ', 1)[1:])})"
+                f" ({_totals(timings, names).split(': ', 1)[1].rstrip('.')})"
                 if _totals(timings, names)
                 else ""
             )
