@@ -54,6 +54,43 @@ def test_from_existing_rebuilds_the_report_without_training(tiny_reproduction, t
     assert "xiong_warmup:" in capsys.readouterr().out
 
 
+def test_the_readme_table_is_written_from_the_same_evaluation(tiny_reproduction, tmp_path):
+    """--readme writes the findings table between the README's markers from the outcomes REPORT.md shows;
+    what lies outside the markers is kept; a README without markers is refused in one sentence."""
+    from normlab.study.report import README_END, README_START
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nbefore\n{README_START}\nold table\n{README_END}\nafter\n")
+    assert (
+        main(
+            [
+                "--from-existing",
+                "--out",
+                str(tiny_reproduction),
+                "--report-dir",
+                str(tmp_path / "r"),
+                "--readme",
+                str(readme),
+            ]
+        )
+        == 0
+    )
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nbefore\n") and text.endswith("after\n") and "old table" not in text
+    table = text.split(README_START)[1].split(README_END)[0]
+    report = (tmp_path / "r" / REPORT_FILE).read_text()
+    verdict = next(line for line in report.splitlines() if line.startswith("**Verdict:"))
+    assert f"**{verdict.split('**Verdict: ')[1].split('**')[0]}**" in table
+    assert "| 2 | Without warm-up Post-LN ends worse" in table and "`xiong_warmup` (core)" in table
+    assert "90 %" in table and "decided at" in table
+    bare = tmp_path / "bare.md"
+    bare.write_text("no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        from normlab.study.report import write_readme_table
+
+        write_readme_table(bare, "x")
+
+
 def test_from_existing_without_sweeps_fails_clearly(tmp_path, capsys):
     assert main(["--from-existing", "--out", str(tmp_path)]) == 2
     assert "no sweeps" in capsys.readouterr().err
