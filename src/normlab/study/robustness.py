@@ -19,6 +19,7 @@ reported as *cannot move the verdict*, never as evidence of stability.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,17 +102,39 @@ def _numbered(outcome: Outcome) -> dict[str, tuple[int, Check]]:
     return {c.name: (i, c) for i, c in enumerate(outcome.checks, 1)}
 
 
+def _stem(name: str) -> str:
+    """A check's name without a leading '[… init] ' tag or a trailing parenthesis: what stays the same when
+    the setting it names changes."""
+    name = re.sub(r"^\[[^\]]*\]\s*", "", name)
+    return re.sub(r"\s*\([^()]*\)$", "", name)
+
+
+def _matched(base: Outcome, other: Outcome) -> list[tuple[int, Check, list[Check]]]:
+    """(number, base check, the other outcome's checks of the same claim) for base's counted checks:
+    matched by name, else by the name without its tags (finding 1's '[xavier init] …' and '[gpt2 init] …',
+    a pooled check and its per-depth checks)."""
+    out = []
+    counted = [c for c in other.checks if c.counts]
+    for i, c in enumerate(base.checks, 1):
+        if not c.counts:
+            continue
+        same = [o for o in counted if o.name == c.name] or [
+            o for o in counted if _stem(o.name) == _stem(c.name)
+        ]
+        if same:
+            out.append((i, c, same))
+    return out
+
+
 def moved_checks(base: Outcome, other: Outcome) -> list[str]:
     """'check 2 +0.116 [+0.083, +0.149] → +0.250 [+0.20, +0.30] (inconclusive → reproduced)' for every
     counted check whose verdict changed; preconditions whose state changed likewise."""
     out = []
-    theirs = _numbered(other)
-    for name, (i, c) in _numbered(base).items():
-        if not c.counts or name not in theirs:
-            continue
-        _, o = theirs[name]
-        if o.verdict != c.verdict:
-            out.append(f"check {i} {_value(c)} → {_value(o)} ({c.verdict} → {o.verdict})")
+    for i, c, same in _matched(base, other):
+        moved = [o for o in same if o.verdict != c.verdict]
+        if moved:
+            now = "; ".join(f"{_value(o)} ({o.verdict})" for o in moved)
+            out.append(f"check {i} {_value(c)} ({c.verdict}) → {now}")
     pre = {p.name: p for p in other.preconditions}
     for p in base.preconditions:
         q = pre.get(p.name)
@@ -131,13 +154,10 @@ def _value(c: Check | None) -> str:
 def perturbed_numbers(base: Outcome, other: Outcome) -> str:
     """Every counted check's estimate without and with the perturbation: 'check 1 +0.33 [..] → +0.40 [..];
     …' (the robustness line prints them whether or not the verdict moved)."""
-    theirs = _numbered(other)
-    parts = []
-    for name, (i, c) in _numbered(base).items():
-        if not c.counts or name not in theirs:
-            continue
-        _, o = theirs[name]
-        parts.append(f"check {i} {_value(c)} → {_value(o)} ({o.verdict})")
+    parts = [
+        f"check {i} {_value(c)} → " + "; ".join(f"{_value(o)} ({o.verdict})" for o in same)
+        for i, c, same in _matched(base, other)
+    ]
     for p in other.preconditions:
         if p.check is not None:
             parts.append(f"precondition '{p.name}' {_value(p.check)} ({'met' if p.met else 'not met'})")

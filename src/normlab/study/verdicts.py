@@ -235,8 +235,9 @@ class Precondition:
         states = [p.met for p in parts]
         met: bool | None = False if False in states else (None if None in states else True)
         observed = "; ".join(f"{p.name}: {p.observed}" for p in parts)
-        failing = next((p for p in parts if not p.met), parts[0] if parts else None)
-        return cls(name, observed, met, remedy, failing.check if failing is not None else None)
+        failing = next((p for p in parts if not p.met), None)
+        deciding = failing.check if failing is not None else next((p.check for p in parts if p.check), None)
+        return cls(name, observed, met, remedy, deciding)
 
     @property
     def sentence(self) -> str:
