@@ -1,7 +1,9 @@
 """Re-run published findings about normalization and write REPORT.md with a verdict for each.
 
-    python scripts/reproduce.py --core          # findings 1, 2, 4, 5: about 10 minutes on 2 CPU cores
+    python scripts/reproduce.py --core          # findings 1, 2, 4, 5 with their robustness sweeps: it prints
+                                                # its expected time first (≈ 23 min on 2 idle CPU cores)
     python scripts/reproduce.py                 # all of them
+    python scripts/reproduce.py --core --scale paper   # the same at the sources' scale, on a GPU
     python scripts/reproduce.py --list          # the findings and their presets
     python scripts/reproduce.py --from-existing --out DIR   # rebuild the report without training
 

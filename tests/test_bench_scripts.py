@@ -236,3 +236,23 @@ def test_stack_benchmark_runs_every_mode_as_a_sweep(repo_root, tmp_path):
     table = {row["mode"]: row for row in json.loads(out.read_text())["table"]}
     assert set(table) == {"one at a time", "joblib n_jobs=2", "stacked n_jobs=1"}
     assert table["one at a time"]["ratio"] == 1.0 and table["stacked n_jobs=1"]["tokens_per_s"] > 0
+
+
+def test_norm_share_script_writes_what_finding_5_reads(repo_root, tmp_path, cache_dir):
+    """scripts/bench_norm_share.py on the CPU (the code a GPU runs): the JSON finding 5 reads as
+    norm_share.json — device, LayerNorm's norm share per repetition, ABBA log ratios."""
+    out = tmp_path / "norm_share.json"
+    args = [
+        "--device=cpu",
+        "--reps=2",
+        "--steps=1",
+        "--threads=1",
+        f"--json={out}",
+        "depth=2",
+        f"data.cache_dir={cache_dir}",
+    ]
+    proc = run(repo_root, "scripts/bench_norm_share.py", *args)
+    assert "of its step" in proc.stdout and "log(t_LN / t_RMS)" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["device"] == "cpu" and len(result["share"]) == 2 and len(result["log_ratio"]) == 2
+    assert all(0 < s < 1 for s in result["share"])

@@ -47,7 +47,7 @@ def help_text() -> str:
 
 def test_help_lists_groups_and_presets(help_text):
     assert "== Config groups (GROUP=OPTION) ==" in help_text
-    assert "norm: bn, deepnorm, dyt, ln, none, rms, scalenorm" in help_text
+    assert "norm: bn, deepnorm, dyt, dyt_llama, ln, none, rms, scalenorm" in help_text
     assert "placement: double, lnscale, mixln, post, pre, reordered, resi_dual" in help_text
     assert "model: base, small, tiny" in help_text
     presets = help_text.split("== Presets")[1].split("== Flags")[0]

@@ -209,6 +209,24 @@ def test_xavier_init_per_projection_and_scaled_embeddings():
     assert model.embed_scale == pytest.approx(math.sqrt(d))
 
 
+def test_a_learned_embedding_scale_starts_at_its_value_and_trains():
+    """model.learn_embed_scale: the DyT authors' LLaMA recipe multiplies the embedding by a learnable scalar
+    initialised to √d; it is a parameter the loss reaches, and the forward equals the fixed-scale model's."""
+    torch.manual_seed(0)
+    d = 64
+    learned = make(d_model=d, embed_scale="sqrt_d", learn_embed_scale=True)
+    torch.manual_seed(0)
+    fixed = make(d_model=d, embed_scale="sqrt_d")
+    assert isinstance(learned.embed_scale, nn.Parameter)
+    assert learned.embed_scale.item() == pytest.approx(math.sqrt(d))
+    x = torch.randint(0, 50, (2, 8))
+    torch.testing.assert_close(learned(x), fixed(x))
+    learned(x).logsumexp(-1).mean().backward()
+    assert learned.embed_scale.grad is not None and learned.embed_scale.grad.abs().item() > 0
+    names = [n for n, _ in learned.named_parameters()]
+    assert "embed_scale" in names and "embed_scale" not in [n for n, _ in fixed.named_parameters()]
+
+
 def test_tied_and_untied_head():
     tied = make()
     assert tied.head.weight is tied.tok_emb.weight

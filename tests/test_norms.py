@@ -78,6 +78,29 @@ def test_batchnorm_train_matches_functional_per_position():
         torch.testing.assert_close(out[:, t], ref)
 
 
+def test_batchnorm_over_batch_and_sequence_matches_functional_pooled_statistics():
+    """norm.stats=batch_seq: one mean and variance per feature over batch × positions (Shen et al. 2020),
+    as F.batch_norm computes them for the (batch·time, features) matrix; evaluation uses the pooled running
+    statistics at every position."""
+    torch.manual_seed(0)
+    norm = build_norm(16, {"name": "bn", "stats": "batch_seq", "momentum": 1.0}, 8)
+    randomise_affine(norm)
+    x = torch.randn(4, 6, 16) * 2 + 3
+    out = norm.train()(x)
+    flat = x.reshape(-1, 16)
+    ref = F.batch_norm(flat, None, None, norm.weight, norm.bias, training=True, eps=1e-5).view_as(x)
+    torch.testing.assert_close(out, ref)
+    n = flat.shape[0]  # momentum 1: the running statistics are this batch's (unbiased variance)
+    for row in (0, 5, 7):  # every position, seen or not, has the pooled statistics
+        torch.testing.assert_close(norm.running_mean[row], flat.mean(0))
+        torch.testing.assert_close(norm.running_var[row], flat.var(0, unbiased=False) * n / (n - 1))
+    later = x.clone()
+    later[:, 3:] += 5  # pooling reaches later positions in training, not in evaluation
+    assert not torch.allclose(norm.train()(later)[:, :3], norm.train()(x)[:, :3])
+    norm.eval()
+    torch.testing.assert_close(norm(later)[:, :3], norm(x)[:, :3])
+
+
 def test_batchnorm_keeps_running_statistics_per_position_and_evaluates_with_them():
     torch.manual_seed(0)
     norm = CausalBatchNorm(16, context_length=8, momentum=0.1)
@@ -177,3 +200,34 @@ def test_scalenorm_clamps_a_tiny_norm_at_eps_and_keeps_the_dtype():
     x = torch.full((1, 4), 1e-9)
     torch.testing.assert_close(norm(x), 2.0 * x / 1e-5)  # g = √4, ‖x‖ = 2e-9 < eps
     assert norm(torch.randn(2, 4, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
+def test_dyt_alpha_per_slot_follows_the_authors_llama_recipe():
+    """norm.alpha_attn / alpha_ffn / alpha_final set α at init in the attention branch's, the FFN branch's
+    and the final norm (jiachenzhu/DyT other_tasks/LLaMA: 0.8 / 0.2 / 0.2 at 7B); unset, alpha_init."""
+    from normlab.model import GPT
+
+    spec = {
+        "name": "dyt",
+        "alpha_init": 0.5,
+        "alpha_attn": 0.8,
+        "alpha_ffn": 0.2,
+        "alpha_final": 0.3,
+        "bias": False,
+    }
+    for placement in ("pre", "double"):
+        model = GPT(50, 16, 32, 4, 2, norm=spec, placement=placement)
+        for block in model.blocks:
+            attn = [m for m in (block.attn.norm_in, block.attn.norm_out) if hasattr(m, "alpha")]
+            ffn = [m for m in (block.ffn.norm_in, block.ffn.norm_out) if hasattr(m, "alpha")]
+            assert attn and ffn
+            assert all(m.alpha.item() == pytest.approx(0.8) and m.bias is None for m in attn)
+            assert all(m.alpha.item() == pytest.approx(0.2) for m in ffn)
+        assert model.final_norm.alpha.item() == pytest.approx(0.3)
+    plain = GPT(50, 16, 32, 4, 2, norm={"name": "dyt", "alpha_init": 0.7}, placement="pre")
+    alphas = [
+        m.alpha.item()
+        for m in plain.modules()
+        if hasattr(m, "alpha") and isinstance(m.alpha, torch.nn.Parameter)
+    ]
+    assert alphas == pytest.approx([0.7] * 5)  # 2 blocks × 2 branches + the final norm

@@ -54,5 +54,5 @@ def test_python_dash_m_normlab_is_train_py(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert (
         "== Config groups" in done.stdout
-        and "norm: bn, deepnorm, dyt, ln, none, rms, scalenorm" in done.stdout
+        and "norm: bn, deepnorm, dyt, dyt_llama, ln, none, rms, scalenorm" in done.stdout
     )

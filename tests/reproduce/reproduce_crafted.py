@@ -178,8 +178,16 @@ def act_rms_sweep(root: Path, profile, depth: int = 6, seeds=(0, 1, 2), end: int
     return root
 
 
-def rms_sweep(root: Path, losses: dict[str, list[float]], log_ratio: float, se: float) -> Path:
-    """Finding 5: final losses per norm and a crafted profile_norm.json (ABBA log(t_LN / t_RMS))."""
+def rms_sweep(
+    root: Path,
+    losses: dict[str, list[float]],
+    log_ratio: float,
+    se: float,
+    device: str | None = "cuda",
+    share: float = 0.2,
+) -> Path:
+    """Finding 5: final losses per norm, a crafted CPU profile_norm.json and a crafted norm_share.json on
+    `device` (None: none) with LayerNorm's norm share `share` and ABBA log(t_LN / t_RMS) `log_ratio` ± se."""
     sweep = Sweep(root, "rmsnorm_speed")
     for norm, per_seed in losses.items():
         for seed, loss in enumerate(per_seed):
@@ -212,4 +220,20 @@ def rms_sweep(root: Path, losses: dict[str, list[float]], log_ratio: float, se: 
         "flops": {norm: {"norm_flop_share": 0.01} for norm in ("ln", "rms")},
     }
     (root / "profile_norm.json").write_text(json.dumps(profile))
+    if device is not None:
+        shares = [share + 0.005 * (1 if i % 2 else -1) for i in range(n)]
+        speed = {
+            "device": device,
+            "device_name": "crafted",
+            "torch": "x",
+            "precision": "fp32",
+            "threads": 1,
+            "model": profile["model"],
+            "norm_calls_per_step": 13,
+            "share": shares,
+            "step_s": {"ln": [0.1] * n, "rms": [0.1 * math.exp(-log_ratio)] * n},
+            "log_ratio": ratios,
+            "order": "crafted",
+        }
+        (root / "norm_share.json").write_text(json.dumps(speed))
     return root

@@ -54,6 +54,43 @@ def test_from_existing_rebuilds_the_report_without_training(tiny_reproduction, t
     assert "xiong_warmup:" in capsys.readouterr().out
 
 
+def test_the_readme_table_is_written_from_the_same_evaluation(tiny_reproduction, tmp_path):
+    """--readme writes the findings table between the README's markers from the outcomes REPORT.md shows;
+    what lies outside the markers is kept; a README without markers is refused in one sentence."""
+    from normlab.study.report import README_END, README_START
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nbefore\n{README_START}\nold table\n{README_END}\nafter\n")
+    assert (
+        main(
+            [
+                "--from-existing",
+                "--out",
+                str(tiny_reproduction),
+                "--report-dir",
+                str(tmp_path / "r"),
+                "--readme",
+                str(readme),
+            ]
+        )
+        == 0
+    )
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nbefore\n") and text.endswith("after\n") and "old table" not in text
+    table = text.split(README_START)[1].split(README_END)[0]
+    report = (tmp_path / "r" / REPORT_FILE).read_text()
+    verdict = next(line for line in report.splitlines() if line.startswith("**Verdict:"))
+    assert f"**{verdict.split('**Verdict: ')[1].split('**')[0]}**" in table
+    assert "| 2 | Without warm-up Post-LN ends worse" in table and "`xiong_warmup` (core)" in table
+    assert "90 %" in table and "decided at" in table
+    bare = tmp_path / "bare.md"
+    bare.write_text("no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        from normlab.study.report import write_readme_table
+
+        write_readme_table(bare, "x")
+
+
 def test_from_existing_without_sweeps_fails_clearly(tmp_path, capsys):
     assert main(["--from-existing", "--out", str(tmp_path)]) == 2
     assert "no sweeps" in capsys.readouterr().err
@@ -91,6 +128,25 @@ def test_profile_norm_measures_both_norms(tiny):
     assert len(profile_norm.summary_lines(result)) == 3
 
 
+def test_norm_share_measures_the_share_and_the_step_times_on_the_cpu(tiny):
+    """normlab.bench.norm_share, finding 5's speed measurement, runs on the CPU with the code a GPU runs:
+    LayerNorm's norms alone as a share of its step (upper bound of any saving), and ABBA step times."""
+    from normlab.bench import norm_share
+
+    result = norm_share.run(
+        [o for o in tiny if not o.startswith("train.max_steps")], device="cpu", reps=2, steps=1, threads=1
+    )
+    assert result["device"] == "cpu" and result["threads"] == 1
+    assert result["norm_calls_per_step"] == 2 * 2 + 1  # depth 2, Pre-LN: 2 per block + the final norm
+    assert len(result["share"]) == 2 and all(0 < x < 1 for x in result["share"])
+    assert len(result["log_ratio"]) == 2 and all(math.isfinite(x) for x in result["log_ratio"])
+    assert len(result["step_s"]["ln"]) == len(result["step_s"]["rms"]) == 2
+    json.dumps(result)
+    lines = norm_share.summary_lines(result)
+    assert "of its step" in lines[0] and "log(t_LN / t_RMS)" in lines[1]
+    assert norm_share.pick_device("auto").type in ("cpu", "cuda")
+
+
 def test_a_preset_whose_grid_holds_invalid_combinations_is_not_a_failure(tmp_path):
     """deepnet_model_update sweeps norm=ln,deepnorm × placement=pre,post: deepnorm-pre is invalid, recorded
     and skipped; the sweep then exits 2, which scripts/reproduce.py does not count as a failed finding."""
@@ -124,9 +180,11 @@ def test_a_findings_measurement_is_stored_beside_its_sweep_and_read_back(tmp_pat
     assert json.loads((tmp_path / "probe.json").read_text()) == extras["probe"]
     assert finding.load_extras(tmp_path) == extras
     assert finding.load_extras(tmp_path / "not-measured") == {}
-    # finding 5's own measurement is the norm profiler, stored where earlier reports looked for it
-    (profile,) = FINDINGS["rmsnorm_speed"].measurements
+    # finding 5's own measurements: the CPU norm profiler, stored where earlier reports looked for it, and
+    # the norm share and step time on the best device there is (norm_share.json, which a GPU run replaces)
+    profile, speed = FINDINGS["rmsnorm_speed"].measurements
     assert (profile.key, profile.file) == ("profile", "profile_norm.json")
+    assert (speed.key, speed.file) == ("speed", "norm_share.json")
     assert all(not f.measurements for f in FINDINGS.values() if f.name != "rmsnorm_speed")
 
 

@@ -7,8 +7,15 @@ from reproduce_crafted import warmup_sweep
 
 from normlab.analysis.estimate import Estimate
 from normlab.analysis.load import load_runs
-from normlab.study.findings import evaluate
-from normlab.study.robustness import Robustness, Variation, leave_one_seed_out, perturbed_dir, robustness_of
+from normlab.study.findings import FINDINGS, evaluate
+from normlab.study.robustness import (
+    Robustness,
+    Variation,
+    can_move,
+    leave_one_seed_out,
+    perturbed_dir,
+    robustness_of,
+)
 from normlab.study.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -72,9 +79,16 @@ def warmup_losses(post_without: list[float], seeds: int) -> dict[tuple[str, int]
 
 
 def test_a_verdict_that_rests_on_one_outlier_seed_is_reported_as_flipping(tmp_path):
-    # four seeds where Post-LN without warm-up is 0.1 worse than with it (a gap, but warm-up closing it
-    # is the claim's second part), one seed where it is 0.6 worse: that seed alone keeps the interval wide
-    losses = warmup_losses([3.1, 3.1, 3.1, 3.1, 3.6], seeds=5)
+    # Post-LN without warm-up 1.5 nats worse than Pre-LN on every seed (the precondition holds whatever is
+    # dropped); with warm-up 0.75 worse on four seeds — warm-up closes exactly half, not "most" — and far
+    # better on one: that seed alone keeps the "closes" interval wide
+    wobble = [-0.01, 0.0, 0.01, 0.0, -0.01]
+    losses = {
+        ("pre", 0): [3.0 + w for w in wobble],
+        ("pre", 100): [2.95 + w for w in wobble],
+        ("post", 0): [4.5 + w for w in wobble],
+        ("post", 100): [3.7, 3.7, 3.71, 3.69, 2.7],
+    }
     rs = load_runs(warmup_sweep(tmp_path / "outlier", losses))
     full = evaluate("xiong_warmup", rs).verdict
     robust = robustness_of("xiong_warmup", rs, full)
@@ -82,7 +96,11 @@ def test_a_verdict_that_rests_on_one_outlier_seed_is_reported_as_flipping(tmp_pa
     assert set(dropped) == {f"seed {s} dropped" for s in range(5)}
     assert full == INCONCLUSIVE and dropped["seed 4 dropped"] == NOT_REPRODUCED
     assert all(dropped[f"seed {s} dropped"] == INCONCLUSIVE for s in range(4))
-    assert robust.summary == "flips when seed 4 is dropped (→ not reproduced)"
+    assert robust.summary == "flips when seed 4 is dropped (→ not reproduced; check 1 moved)"
+    (detail,) = [d for d in robust.details() if d.startswith("seed 4 dropped")]
+    assert (
+        "check 1" in detail and "(inconclusive) →" in detail and "(not reproduced)" in detail
+    )  # and its numbers
 
 
 def test_a_verdict_two_of_three_seeds_carry_flips_when_either_is_dropped(tmp_path):
@@ -90,7 +108,7 @@ def test_a_verdict_two_of_three_seeds_carry_flips_when_either_is_dropped(tmp_pat
     full = evaluate("xiong_warmup", rs).verdict
     robust = robustness_of("xiong_warmup", rs, full)
     assert full == REPRODUCED  # the fifth seed's large gap lifts the mean over the margin
-    assert robust.summary == "flips when seed 0 or 1 or 2 or 3 is dropped (→ inconclusive)"
+    assert robust.summary == "flips when seed 0 or 1 or 2 or 3 is dropped (→ inconclusive; check 1 moved)"
 
 
 def test_a_verdict_every_seed_supports_is_stable(tmp_path):
@@ -108,8 +126,11 @@ def test_the_perturbed_sweep_beside_the_preset_joins_the_line(tmp_path):
     rs = load_runs(sweep)
     robust = robustness_of("xiong_warmup", rs, evaluate("xiong_warmup", rs).verdict, sweep)
     perturbed = [v for v in robust.variations if not v.what.startswith("seed")]
-    assert [v.verdict for v in perturbed] == [NOT_REPRODUCED]
-    assert f"flips under {perturbed[0].what} (→ not reproduced)" in robust.summary
+    assert [v.verdict for v in perturbed] == [NOT_TESTED]  # no gap there: nothing for warm-up to close
+    assert f"flips under {perturbed[0].what} (→ not tested here" in robust.summary
+    (detail,) = [d for d in robust.details() if d.startswith(perturbed[0].what)]
+    # the perturbed numbers are printed: the closing check and the precondition that failed
+    assert "check 1" in detail and "→" in detail and "precondition" in detail and "not met" in detail
 
 
 def test_one_seed_cannot_be_dropped():
@@ -142,3 +163,49 @@ def test_the_summary_names_each_flip_and_its_direction():
     assert r.summary == (
         "flips when seed 1 or 2 is dropped (→ inconclusive); flips under lr × ½ (→ not reproduced)"
     )
+
+
+# ----------------------------------------------- "stable" only where a variation could have moved it
+
+
+def test_a_variation_that_moves_nothing_the_verdict_rests_on_is_never_called_stable(tmp_path):
+    """Issue 28: finding 5's verdict rested on one speed measurement that every seed drop reused, so
+    "stable" was automatic. A verdict decided by something no variation changes is reported as such."""
+    from reproduce_crafted import rms_sweep
+
+    same = {"ln": [3.0, 3.02, 2.98, 3.01, 2.99], "rms": [3.01, 2.99, 3.0, 3.0, 3.01]}
+    sweep = rms_sweep(tmp_path / "sweeps" / "rmsnorm_speed", same, 0.10, 0.01, device="cpu")
+    rs = load_runs(sweep)
+    outcome = evaluate("rmsnorm_speed", rs, FINDINGS["rmsnorm_speed"].load_extras(sweep))
+    assert outcome.verdict == NOT_TESTED
+    robust = robustness_of("rmsnorm_speed", rs, outcome.verdict, sweep, outcome)
+    assert not robust.stable and all(not robust.informative(v) for v in robust.variations)
+    assert "stable" not in robust.summary and "cannot move it" in robust.summary
+    # the same crafted sweep measured on a GPU: the loss check and the share now decide, seeds can move them
+    sweep = rms_sweep(tmp_path / "gpu" / "rmsnorm_speed", same, 0.10, 0.01, device="cuda")
+    rs = load_runs(sweep)
+    outcome = evaluate("rmsnorm_speed", rs, FINDINGS["rmsnorm_speed"].load_extras(sweep))
+    robust = robustness_of("rmsnorm_speed", rs, outcome.verdict, sweep, outcome)
+    assert outcome.verdict == REPRODUCED and robust.stable and robust.summary.startswith("stable")
+
+
+def test_can_move_compares_what_decides_the_verdict():
+    moving = check("claim", "x", Estimate(1.0, 0.01, 4, 5))
+    fixed = check("speed", "y", Estimate(-1.0, 0.01, 9, 10))  # not reproduced, and never changes
+    base = Outcome.of([moving, fixed])
+    assert base.verdict == NOT_REPRODUCED
+    # only the check that is not reproduced decides a "not reproduced": moving the other says nothing
+    other = Outcome.of([check("claim", "x", Estimate(0.9, 0.02, 3, 4)), fixed])
+    assert not can_move(base, other)
+    other = Outcome.of([moving, check("speed", "y", Estimate(-0.9, 0.02, 8, 9))])
+    assert can_move(base, other)
+    # a reproduced verdict rests on every counted check
+    ok = Outcome.of([moving])
+    assert can_move(ok, Outcome.of([check("claim", "x", Estimate(1.1, 0.01, 4, 5))]))
+    assert not can_move(ok, Outcome.of([moving]))
+
+
+def test_every_finding_names_a_perturbation_and_why(repo_root):
+    for f in FINDINGS.values():
+        assert f.perturbation is not None, f.name
+        assert f.perturbation.overrides and f.perturbation.why.endswith(".")

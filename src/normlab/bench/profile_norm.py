@@ -49,8 +49,9 @@ def compose(overrides: Sequence[str], preset: str | None = PRESET, config_dir: P
     return compose_config([*extra, *overrides], config_dir=config_dir)
 
 
-def build_trainer(cfg, corpus=None):
-    """A Trainer for `cfg` with instrumentation off (only the global gradient norm is computed)."""
+def build_trainer(cfg, corpus=None, device: torch.device | str = "cpu"):
+    """A Trainer for `cfg` on `device` with instrumentation off (only the global gradient norm is
+    computed)."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -60,9 +61,10 @@ def build_trainer(cfg, corpus=None):
     c = OmegaConf.to_container(cfg, resolve=True)
     corpus = corpus or load_corpus(c["data"], progress=False)
     torch.manual_seed(c["seed"])
-    model = instantiate(cfg.model)
+    device = torch.device(device)
+    model = instantiate(cfg.model).to(device)
     trainer = Trainer.from_config(
-        c, model, corpus.train, corpus.val, torch.device("cpu"), metrics={**c["metrics"], "enabled": False}
+        c, model, corpus.train, corpus.val, device, metrics={**c["metrics"], "enabled": False}
     )
     return trainer, corpus
 

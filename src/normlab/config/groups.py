@@ -21,7 +21,7 @@ from normlab.metrics.instruments import InstrumentConfig
 from normlab.metrics.spikes import SpikeConfig
 from normlab.metrics.wandb_sink import LOGGERS
 from normlab.model.config import SIZES, ModelConfig
-from normlab.model.norms import NORMS
+from normlab.model.norms import NORMS, RECIPES
 from normlab.model.placements import PLACEMENTS
 
 # Optional[...] instead of `X | None`: OmegaConf reads these annotations at run time.
@@ -206,7 +206,13 @@ def _about(cls: type) -> str:
 # group → option → Option, in the order of configs/config.yaml's defaults list (the order --help shows)
 GROUPS: dict[str, dict[str, Option]] = {
     "model": {name: Option(ModelConfig, about, changes) for name, (about, changes) in SIZES.items()},
-    "norm": {name: Option(kind.config, _about(kind.config)) for name, kind in NORMS.items()},
+    "norm": {
+        **{name: Option(kind.config, _about(kind.config)) for name, kind in NORMS.items()},
+        **{
+            name: Option(NORMS[base].config, about, changes)
+            for name, (base, about, changes) in RECIPES.items()
+        },
+    },
     "placement": {name: Option(p.config, p.about, {"name": name}) for name, p in PLACEMENTS.items()},
     "schedule": {name: Option(ScheduleConfig, about, {"name": name}) for name, about in SCHEDULES.items()},
     "optim": {"adamw": Option(OptimConfig, _about(OptimConfig))},

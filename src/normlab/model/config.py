@@ -46,6 +46,11 @@ class ModelConfig(Knobs):
     embed_scale: Any = knob(
         1.0, "multiplies token embeddings: 1.0, or sqrt_d for √d_model", gt=0, also="sqrt_d"
     )
+    learn_embed_scale: bool = knob(
+        False,
+        "learn the embedding multiplier, starting from embed_scale (the DyT authors' LLaMA recipe: a learnable "
+        "scalar initialised to √d)",
+    )
     ffn_mult: int = knob(4, "feed-forward hidden width = ffn_mult · d_model", ge=1)
     qk_norm: str = knob(
         "none",

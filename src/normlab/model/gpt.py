@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.model.config import ModelConfig
-from normlab.model.norms import NORMS, build_norm, build_qk_norm, norm_spec
+from normlab.model.norms import NORMS, build_norm, build_qk_norm, norm_spec, slot_spec
 from normlab.model.placements import PLACEMENTS, Slots, placement_spec
 from normlab.model.stackable import Linear, causal_attention
 from normlab.model.variant import INITS, POSITIONS, InvalidVariant, Spec, check_heads, check_variant
@@ -171,7 +171,7 @@ class Block(nn.Module):
         self.attn = ResidualBranch(
             CausalSelfAttention(d_model, n_heads, dropout, bias, qk_norm),
             d_model,
-            norm,
+            slot_spec(norm, "attn"),
             slots,
             alpha,
             dropout,
@@ -181,7 +181,7 @@ class Block(nn.Module):
         self.ffn = ResidualBranch(
             FeedForward(d_model, ffn_mult, bias),
             d_model,
-            norm,
+            slot_spec(norm, "ffn"),
             slots,
             alpha,
             dropout,
@@ -209,7 +209,8 @@ class GPT(nn.Module):
     `norm` and `placement` are the resolved `norm` and `placement` config groups (mappings with at least
     `name`; a bare name, or a group without some knobs, takes the rest from its config's defaults). Each
     block gets its slots from the placement (`PLACEMENTS[name].slots(i, n_layers, placement)`).
-    `embed_scale` multiplies token embeddings: a number, or "sqrt_d" for √d_model. `qk_norm` (none, or a
+    `embed_scale` multiplies token embeddings: a number, or "sqrt_d" for √d_model (a learned scalar from
+    that value with `learn_embed_scale`). `qk_norm` (none, or a
     per-vector norm of NORMS) normalises each attention head's queries and keys (CausalSelfAttention).
     """
 
@@ -230,6 +231,7 @@ class GPT(nn.Module):
         embed_scale: float | str = ModelConfig.embed_scale,
         ffn_mult: int = ModelConfig.ffn_mult,
         qk_norm: str = ModelConfig.qk_norm,
+        learn_embed_scale: bool = ModelConfig.learn_embed_scale,
     ) -> None:
         super().__init__()
         check_variant(norm, placement, qk_norm)
@@ -250,7 +252,9 @@ class GPT(nn.Module):
         self.layer_slots = where.per_layer(n_layers, placement)
         self.dual_stream = where.dual_stream
         self.context_length, self.d_model = context_length, d_model
-        self.embed_scale = math.sqrt(d_model) if embed_scale == "sqrt_d" else float(embed_scale)
+        scale = math.sqrt(d_model) if embed_scale == "sqrt_d" else float(embed_scale)
+        # a learnable scalar starting at that value: the DyT authors' LLaMA recipe (√d, learned)
+        self.embed_scale = nn.Parameter(torch.tensor(scale)) if learn_embed_scale else scale
 
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         if pos == "learned":
@@ -276,7 +280,8 @@ class GPT(nn.Module):
             )
             for slots in self.layer_slots
         )
-        self.final_norm = build_norm(d_model, norm, context_length) if where.final_norm else nn.Identity()
+        final = slot_spec(norm, "final")
+        self.final_norm = build_norm(d_model, final, context_length) if where.final_norm else nn.Identity()
         self.head = Linear(d_model, vocab_size, bias=False)
         if tie_embeddings:
             self.head.weight = self.tok_emb.weight

@@ -12,13 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from normlab.knobs import Knobs, knob
+
+# Optional[...] instead of `X | None`: OmegaConf reads these annotations at run time.
+# ruff: noqa: UP007, UP045
 
 
 def _name(name: str) -> Any:
@@ -68,6 +71,14 @@ class BatchNormConfig(NormConfig):
         0.1, "weight of the newest batch in each position's running mean / variance", ge=0, le=1
     )
     bias: bool = knob(True, "learnable bias")
+    stats: str = knob(
+        "position",
+        "what one mean and variance is taken over in training: position (each position over the batch: "
+        "causal) | batch_seq (batch and sequence pooled, as Shen et al. 2020's BatchNorm in Transformers; in "
+        "a causal LM a position's statistics then include later tokens of its window, which evaluation, "
+        "with running statistics, does not have: compare eval-mode losses)",
+        choices=("position", "batch_seq"),
+    )
     sync: bool = knob(
         False,
         "under torchrun: normalise with the global batch's statistics (all ranks, all-reduced per position, as "
@@ -108,14 +119,24 @@ class DeepNormConfig(NormConfig):
 class DynamicTanhConfig(NormConfig):
     """Dynamic Tanh (Zhu et al. 2025, Transformers without Normalization): y = γ·tanh(α·x) + β, α one
     learnable scalar, γ and β per feature; no statistics (jiachenzhu/DyT, dynamic_tanh.py). For LLaMA the
-    authors tune α's init per slot and width (their LLaMA README: 7B attention 0.8 / FFN and final 0.2, 13B
-    0.6 / 0.15, 34B and 70B 0.2 / 0.05) and drop β; here one init for every slot."""
+    authors set α's init per slot and width (other_tasks/LLaMA: attention / FFN / final norm 0.8 / 0.2 / 0.2
+    at 7B, 0.6 / 0.15 / 0.15 at 13B, 0.2 / 0.05 / 0.05 at 34B and 70B) and drop β: norm.alpha_attn,
+    norm.alpha_ffn, norm.alpha_final and norm.bias=false."""
 
     name: str = _name("dyt")
     alpha_init: float = knob(
         0.5, "α at init (the paper's default 0.5, which its non-LLM experiments use)", gt=0
     )
     bias: bool = knob(True, "learnable bias β (false = γ·tanh(α·x), as the authors' LLaMA variant)")
+    alpha_attn: Optional[float] = knob(
+        None, "α at init in the attention branch's norms (null = alpha_init)", gt=0
+    )
+    alpha_ffn: Optional[float] = knob(
+        None, "α at init in the feed-forward branch's norms (null = alpha_init)", gt=0
+    )
+    alpha_final: Optional[float] = knob(
+        None, "α at init in the final norm before the head (null = alpha_init)", gt=0
+    )
 
 
 @dataclass(frozen=True)
@@ -204,6 +225,11 @@ class CausalBatchNorm(nn.Module):
     BatchNorm; with `sync` the per-position mean and variance are those of the global batch (all ranks,
     all-reduced in the forward and, through autograd, in the backward, as SyncBatchNorm does), so an
     N-rank run normalises exactly as a 1-rank run of the same global batch.
+
+    With `stats="batch_seq"` one mean and variance per feature are taken over the batch and the positions
+    together, as Shen et al. 2020 (PowerNorm) describe BatchNorm in Transformers; the running statistics are
+    then the same for every position. That pooling is not causal in training (a position's statistics
+    include the later tokens of its window); evaluation uses the running statistics and stays causal.
     """
 
     # In training the output does not change when one vector is added to every sequence of the batch (the
@@ -218,11 +244,13 @@ class CausalBatchNorm(nn.Module):
         momentum: float = BatchNormConfig.momentum,
         bias: bool = BatchNormConfig.bias,
         sync: bool = BatchNormConfig.sync,
+        stats: str = BatchNormConfig.stats,
     ) -> None:
         super().__init__()
         self.eps = eps
         self.momentum = momentum
         self.sync = sync
+        self.pooled = stats == "batch_seq"
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
         self.register_buffer("running_mean", torch.zeros(context_length, d_model))
@@ -233,19 +261,25 @@ class CausalBatchNorm(nn.Module):
         if self.training:
             x32 = x.float()
             ranks = _sync_world_size() if self.sync else 1
+            dims = (
+                (0, 1) if self.pooled else (0,)
+            )  # (C,) pooled over batch and time, else (T, C) per position
             if ranks > 1:  # the global batch's statistics: equal batches on every rank, so means of means
-                mean = _all_reduce_mean(x32.mean(0), ranks)
-                var = _all_reduce_mean((x32 - mean).square().mean(0), ranks)
+                mean = _all_reduce_mean(x32.mean(dims), ranks)
+                var = _all_reduce_mean((x32 - mean).square().mean(dims), ranks)
             else:
-                mean = x32.mean(0)  # (T, C): per position, over the batch
-                var = x32.var(0, unbiased=False)
+                mean = x32.mean(dims)
+                var = x32.var(dims, unbiased=False)
             with torch.no_grad():
-                n = x.shape[0] * ranks
+                n = x.shape[0] * ranks * (t if self.pooled else 1)
+                rows = slice(None) if self.pooled else slice(0, t)  # pooled: one statistic for every position
                 # lerp, then copy_: the same values as an in-place lerp_, which has no rule for torch.vmap
                 # (a stack of runs, normlab.train.stacked, updates its members' statistics under it)
-                mean_now, var_now = self.running_mean[:t], self.running_var[:t]
-                mean_now.copy_(torch.lerp(mean_now, mean, self.momentum))
-                var_now.copy_(torch.lerp(var_now, var * (n / max(n - 1, 1)), self.momentum))
+                mean_now, var_now = self.running_mean[rows], self.running_var[rows]
+                mean_now.copy_(torch.lerp(mean_now, mean.expand_as(mean_now), self.momentum))
+                var_now.copy_(
+                    torch.lerp(var_now, (var * (n / max(n - 1, 1))).expand_as(var_now), self.momentum)
+                )
             y = (x32 - mean) * torch.rsqrt(var + self.eps)
         else:
             y = (x.float() - self.running_mean[:t]) * torch.rsqrt(self.running_var[:t] + self.eps)
@@ -364,6 +398,7 @@ NORMS: dict[str, NormType] = {
             momentum=s["momentum"],
             bias=s["bias"],
             sync=s["sync"],
+            stats=s["stats"],
         ),
         "BN",
         qk=False,  # statistics over the batch, per position: not a per-vector norm of q and k
@@ -390,6 +425,16 @@ NORMS: dict[str, NormType] = {
     ),
     "scalenorm": NormType(ScaleNormConfig, lambda d, s, t: ScaleNorm(d, eps=s["eps"]), "SN"),
 }
+# norm=NAME options that are a norm of NORMS with a paper's settings: name → (norm, what --help says, the
+# settings). The runs record the norm's own name (norm.name), with these values.
+RECIPES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "dyt_llama": (
+        "dyt",
+        "DyT as the authors' LLaMA runs set it (jiachenzhu/DyT, other_tasks/LLaMA, 7B): no β, α at init 0.8 "
+        "in the attention branch's norms and 0.2 in the feed-forward branch's and the final norm",
+        {"bias": False, "alpha_attn": 0.8, "alpha_ffn": 0.2, "alpha_final": 0.2},
+    ),
+}
 # what norm.base may name: a norm, not DeepNorm itself and not none (α·x + F(x) unnormalised grows
 # without bound)
 DEEPNORM_BASES = tuple(name for name in NORMS if name not in ("deepnorm", "none"))
@@ -401,6 +446,24 @@ def norm_spec(spec: Mapping[str, Any] | str) -> dict[str, Any]:
     listed)."""
     spec = {"name": spec} if isinstance(spec, str) else dict(spec)
     return {**NORMS[spec["name"]].config.defaults(), **spec}
+
+
+SLOTS = (
+    "attn",
+    "ffn",
+    "final",
+)  # the kinds of norm slot: the attention branch's, the FFN branch's, the final
+
+
+def slot_spec(spec: Mapping[str, Any] | str, slot: str) -> dict[str, Any]:
+    """The norm spec for one kind of slot (SLOTS): the same everywhere, except DyT's α at init, which the
+    authors' LLaMA recipe sets per slot (norm.alpha_attn / alpha_ffn / alpha_final; null = alpha_init). A
+    DeepNorm over DyT passes them on to its base norm."""
+    if slot not in SLOTS:
+        raise ValueError(f"slot {slot!r} is not one of {', '.join(SLOTS)}")
+    spec = norm_spec(spec)
+    per_slot = spec.get(f"alpha_{slot}")
+    return {**spec, "alpha_init": per_slot} if per_slot is not None else spec
 
 
 def norm_symbol(spec: Mapping[str, Any] | str) -> str:

@@ -21,8 +21,9 @@ from normlab.analysis.plots import save
 from normlab.analysis.report import md_table
 from normlab.configs import CONFIG_DIR
 from normlab.study.findings import CORE, FINDINGS, Finding, evaluate
-from normlab.study.robustness import Robustness, robustness_of
-from normlab.study.verdicts import CONFIDENCE, RULE, Check, Outcome
+from normlab.study.findings._common import fmt_series, learned_count
+from normlab.study.robustness import Robustness, calibration_dir, robustness_of
+from normlab.study.verdicts import CONFIDENCE, NOT_TESTED, RULE, SETUP_FAILED, Check, Outcome
 
 # presets are linked where the package keeps them (src/normlab/configs in a checkout): a link through the
 # checkout's configs/ symlink would not open on a code host that shows symlinks as files
@@ -126,6 +127,42 @@ def describe_runs(rs: RunSet) -> str:
     return text + "."
 
 
+def _values(rs: RunSet, col: str) -> list[str]:
+    if col not in rs.valid.columns:
+        return []
+    vals = list(dict.fromkeys(rs.valid[col].dropna().tolist()))
+    with contextlib.suppress(TypeError, ValueError):
+        vals = sorted(vals, key=float)
+    return [str(v) for v in vals]
+
+
+def scale_of(rs: RunSet) -> str:
+    """Where a verdict was reached, from the runs' configs: 'd_model 64, depth 6, 300 steps of 16 × 64
+    tokens'."""
+    d, depth = _values(rs, "model.d_model"), _values(rs, "depth")
+    steps, batch, seq = (_values(rs, k) for k in ("train.max_steps", "train.batch_size", "train.seq_len"))
+    parts = []
+    if d:
+        parts.append(f"d_model {'/'.join(d)}")
+    if depth:
+        parts.append(f"depth {depth[0]}" if len(depth) == 1 else f"depths {depth[0]}–{depth[-1]}")
+    if steps:
+        tokens = f" of {'/'.join(batch)} × {'/'.join(seq)} tokens" if batch and seq else ""
+        parts.append("no training (step 0)" if steps == ["0"] else f"{'/'.join(steps)} steps{tokens}")
+    return ", ".join(parts) or "–"
+
+
+def short_scale(rs: RunSet) -> str:
+    """'d64 · L6 · 300 steps' for the summary tables."""
+    d, depth, steps = (_values(rs, k) for k in ("model.d_model", "depth", "train.max_steps"))
+    parts = [f"d{'/'.join(d)}"] if d else []
+    if depth:
+        parts.append(f"L{depth[0]}" if len(depth) == 1 else f"L{depth[0]}–{depth[-1]}")
+    if steps:
+        parts.append("step 0" if steps == ["0"] else f"{'/'.join(steps)} steps")
+    return " · ".join(parts) or "–"
+
+
 def _fmt_df(df: float) -> str:
     if not math.isfinite(df):
         return "∞" if df == math.inf else "–"
@@ -134,10 +171,11 @@ def _fmt_df(df: float) -> str:
 
 def checks_table(checks: Sequence[Check]) -> str:
     rows = []
-    for c in checks:
+    for i, c in enumerate(checks, 1):
         verdict = f"**{c.verdict}**" + (f" ({c.note})" if c.note else "")
         rows.append(
             [
+                str(i),
                 c.name + ("" if c.counts else " *(not counted)*"),
                 c.statistic,
                 fmt_estimate(c.est, CONFIDENCE, unit=c.unit),
@@ -147,6 +185,7 @@ def checks_table(checks: Sequence[Check]) -> str:
             ]
         )
     headers = [
+        "#",
         "check",
         "statistic",
         f"estimate [{ci_label(CONFIDENCE)}]",
@@ -173,22 +212,55 @@ def finding_section(
     error: str | None,
     report_dir: Path,
     robust: Robustness | None = None,
+    calibration: str | None = None,
 ) -> list[str]:
     lines = [f"## {finding.number}. {finding.title}", ""]
     if finding.ours:
         lines += [f"**Claim (our own observation, not from the literature).** {finding.claim}", ""]
+    elif finding.composite:
+        lines += [
+            f"**Claim (ours: a composite of the published claims below; neither source makes it for this "
+            f"model).** {finding.claim}",
+            "",
+        ]
     else:
         lines += [f"**Claim.** {finding.claim}", ""]
     lines += [f"**Source.** {finding.source}", ""]
-    lines += [f"**Verdict: {outcome.verdict}** ({outcome.parts}).", ""]
+    where = f" at {scale_of(rs)}" if rs is not None else ""
+    lines += [f"**Verdict: {outcome.verdict}**{where} ({outcome.parts}).", ""]
     if robust is not None:
         line = f"**Robustness: {robust.summary}.**"
-        detail = [f"{v.what}: {v.verdict}" for v in robust.variations]
+        detail = robust.details()
         if detail:
             line += " Verdict with " + "; ".join(detail) + "."
         if finding.perturbation is not None:
             line += f" Why {finding.perturbation.label}: {finding.perturbation.why}"
         lines += [line, ""]
+    if finding.paper_scale:
+        lines += [
+            f"**Scale.** This verdict: {scale_of(rs) if rs is not None else '–'} (CPU). The source's "
+            f"evidence: {finding.paper_scale} At that scale, on a GPU: `python train.py -m "
+            f"+experiment={finding.paper_preset}`.",
+            "",
+        ]
+    if finding.can_happen and not outcome.preconditions:
+        lines += [f"**Can this happen here?** {finding.can_happen}", ""]
+    if finding.calibration is not None:
+        cal = finding.calibration
+        seeds = ", ".join(str(x) for x in cal.seeds)
+        head = f"**Calibration** (seed{'s' if len(cal.seeds) > 1 else ''} {seeds}, which the verdict does not use)."
+        rerun = f"Re-run: `python scripts/reproduce.py {finding.name} --calibrate`."
+        if calibration is None:  # the arms as we recorded them when the choice was made
+            lines += [f"{head} {cal.arms} Chosen: {cal.chosen} {rerun}", ""]
+        else:  # the arms as measured by the calibration sweep beside this one
+            lines += [
+                f"{head} Final validation loss by arm:",
+                "",
+                calibration,
+                "",
+                f"Chosen: {cal.chosen} {rerun}",
+                "",
+            ]
     cmd = f"python train.py -m +experiment={finding.preset}"
     if record:  # as it ran; sweeps from before the presets moved to findings/ named them without it
         cmd = shipped(record["command"]).replace(
@@ -223,10 +295,11 @@ def finding_section(
         lines += ["Runs that learned nothing cannot test the claim, so the verdict is *setup failed*.", ""]
     for pre in outcome.preconditions:
         if pre.met:
-            lines += [f"Precondition met — {pre.name}: {pre.observed}.", ""]
+            lines += [f"Can this happen here? Yes — {_sentence(pre.name)}: {pre.observed}.", ""]
         else:
             lines += [
-                f"Precondition not met — {pre.sentence} The verdict is therefore *not tested here*.",
+                f"Can this happen here? Not shown — {_sentence(pre.sentence)} The verdict is therefore "
+                "*not tested here*.",
                 "",
             ]
     for note in outcome.notes:
@@ -236,10 +309,86 @@ def finding_section(
     return lines
 
 
+README_START = "<!-- --8<-- [start:findings] -->"
+README_END = "<!-- --8<-- [end:findings] -->"
+
+
+def calibration_table(sweep: Path) -> str | None:
+    """The arms of a calibration sweep as measured (variant → final val loss, learned), if it ran."""
+    if not sweep.is_dir():
+        return None
+    try:
+        rs = load_runs(sweep)
+    except (NoRunsFound, FileNotFoundError):
+        return None
+    rows = []
+    for variant in rs.variants:
+        runs = rs.valid[rs.valid["variant"] == variant]
+        losses = runs["final_val_loss"].astype(float)
+        rows.append([variant or "–", str(len(runs)), fmt_series(losses), learned_count(rs, runs)])
+    return md_table(["arm", "runs", "final val loss", "learned"], rows)
+
+
+def headline(outcome: Outcome) -> str:
+    """The verdict and the numbers behind it, in one cell: the unmet precondition of a *not tested here*,
+    else each counted check's estimate against its rule."""
+    verdict = f"**{outcome.verdict}**"
+    if outcome.verdict == NOT_TESTED and outcome.unmet:
+        pre = outcome.unmet[0]
+        numbers = (
+            f" ({fmt_estimate(pre.check.est, CONFIDENCE, 2, unit=pre.check.unit, significant=True)})"
+            if pre.check
+            else ""
+        )
+        return f"{verdict}: not shown — {pre.name[0].lower()}{pre.name[1:]}{numbers}"
+    if outcome.verdict == SETUP_FAILED and outcome.setup_failures:
+        return f"{verdict}: {outcome.setup_failures[0]}"
+    parts = [
+        f"{_brief(c.name)} {fmt_estimate(c.est, CONFIDENCE, 2, unit=c.unit, significant=True)} vs {c.rule} "
+        f"({c.verdict})"
+        for c in outcome.checks
+        if c.counts
+    ]
+    return f"{verdict}: " + "; ".join(parts) if parts else verdict
+
+
+def _brief(name: str, words: int = 9) -> str:
+    """A check's name cut to its first words, for a table cell: 'Warm-up (100 steps) closes most …:'."""
+    parts = name.split()
+    text = " ".join(parts[:words]) + (" …" if len(parts) > words else "")
+    return text.rstrip(".") + ":"
+
+
+def _sentence(text: str) -> str:
+    """A name that starts a sentence, continuing one: its first letter lower-cased (not an acronym's)."""
+    return text[0].lower() + text[1:] if text[:1].isupper() and not text[1:2].isupper() else text
+
+
+def readme_table(rows: Sequence[Sequence[str]], command: str, intro: str) -> str:
+    """The README's findings table (between README_START and README_END), from one report build."""
+    headers = ["#", "finding", "source", "preset", "verdict here (90 % CIs)", "decided at", "robustness"]
+    return "\n".join(["", md_table(headers, [list(r) for r in rows]), "", intro, ""])
+
+
+def write_readme_table(readme: Path, table: str) -> None:
+    """Replace what lies between the README's findings markers with `table`."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme} has no {README_START} … {README_END} markers for the findings table")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(head + README_START + "\n" + table + "\n" + README_END + tail)
+
+
 def build_report(
-    out: Path, report_dir: Path, names: Sequence[str] | None = None, command: str | None = None
+    out: Path,
+    report_dir: Path,
+    names: Sequence[str] | None = None,
+    command: str | None = None,
+    readme: Path | None = None,
 ) -> tuple[Path, dict[str, str]]:
-    """REPORT.md and figures in report_dir for the findings with sweeps in out (or `names`)."""
+    """REPORT.md and figures in report_dir for the findings with sweeps in out (or `names`); with
+    `readme`, the README's findings table from the same outcomes."""
     matplotlib.use("Agg")
     timings = load_timings(out)
     sweeps = out / "sweeps"
@@ -247,7 +396,7 @@ def build_report(
     names = [n for n in (names or present) if n in present]
     report_dir.mkdir(parents=True, exist_ok=True)
     sections: list[str] = []
-    summary_rows = []
+    summary_rows, readme_rows = [], []
     verdicts: dict[str, str] = {}
     machines = []
     for name in names:
@@ -274,10 +423,12 @@ def build_report(
                 save(fig, report_dir / filename, dpi=FIGURE_DPI)
                 figures.append((filename, caption))
         verdicts[name] = outcome.verdict
-        robust = robustness_of(name, rs, outcome.verdict, sweeps / name) if rs is not None else None
+        robust = robustness_of(name, rs, outcome.verdict, sweeps / name, outcome) if rs is not None else None
+        calibration = calibration_table(calibration_dir(sweeps / name))
         sections += finding_section(
-            finding, rs, outcome, figures, record, error, report_dir.resolve(), robust
+            finding, rs, outcome, figures, record, error, report_dir.resolve(), robust, calibration
         )
+        scale = short_scale(rs) if rs is not None else "–"
         summary_rows.append(
             [
                 f"[{finding.number}](#{finding.number}-{_anchor(finding.title)})",
@@ -285,8 +436,20 @@ def build_report(
                 finding.cite,
                 f"**{outcome.verdict}**",
                 outcome.parts,
+                scale,
                 robust.summary if robust is not None else "–",
                 fmt_duration(record.get("wall_s")) if record else "–",
+            ]
+        )
+        readme_rows.append(
+            [
+                str(finding.number),
+                finding.short or finding.title,
+                "**observed here**" if finding.ours else finding.cite,
+                f"`{finding.name}`" + (" (core)" if finding.core else ""),
+                headline(outcome),
+                scale,
+                robust.summary if robust is not None else "–",
             ]
         )
     lines = ["# Reproducing published findings on normalization", ""]
@@ -328,7 +491,10 @@ def build_report(
         "",
         "## Summary",
         "",
-        md_table(["#", "finding", "source", "verdict", "checks", "robustness", "wall time"], summary_rows),
+        md_table(
+            ["#", "finding", "source", "verdict", "checks", "decided at", "robustness", "wall time"],
+            summary_rows,
+        ),
         "",
         "## How verdicts are decided",
         "",
@@ -338,6 +504,22 @@ def build_report(
     lines += sections
     path = report_dir / REPORT_FILE
     path.write_text("\n".join(lines).rstrip() + "\n")
+    if readme is not None:
+        intro = (
+            f"Generated with the findings report (`{os.path.relpath(path.resolve(), readme.resolve().parent)}`) "
+            f"by `{command or 'scripts/reproduce.py'}`"
+            + (
+                f" ({_totals(timings, names).split(': ', 1)[1].rstrip('.')})"
+                if _totals(timings, names)
+                else ""
+            )
+            + ". Intervals are two-sided 90 % (one-sided tests at 5 %); each check's rule is its margin, the "
+            "smallest effect that counts. *Not tested here*: the phenomenon the claim is about did not happen "
+            'at this scale (the report says what would make it happen). "Robustness": the verdict with any '
+            "one seed dropped and under the one change of setup each finding names; *cannot move it* marks a "
+            "variation that leaves what the verdict rests on unchanged."
+        )
+        write_readme_table(readme, readme_table(readme_rows, command or "", intro))
     return path, verdicts
 
 

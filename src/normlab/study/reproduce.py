@@ -1,7 +1,8 @@
 """The command line behind scripts/reproduce.py: run finding presets, then write REPORT.md.
 
-    python scripts/reproduce.py --core                     # the core set (≤ 15 min on 2 idle cores)
+    python scripts/reproduce.py --core                     # the core set (≤ 30 min on 2 cores)
     python scripts/reproduce.py                            # every finding
+    python scripts/reproduce.py --core --scale paper       # the same at the papers' scale, on a GPU
     python scripts/reproduce.py xiong_warmup 7 --out outputs/reproduce/mine
     python scripts/reproduce.py --from-existing --out outputs/reproduce/mine   # report only, no training
 
@@ -9,6 +10,7 @@ Layout of OUT (default outputs/reproduce/<date>_<time>):
     sweeps/NAME/          the Hydra sweep of preset NAME (python train.py -m +experiment=findings/NAME)
     sweeps/NAME.log       its output
     sweeps/NAME.perturbed/  the same preset under the finding's perturbation (the robustness line)
+    sweeps/NAME.calibration/  with --calibrate: the choice the preset makes, on seeds it does not evaluate
     timings.json          wall time, command and machine of every finding run into OUT
     REPORT.md, NAME_*.png the report (or in --report-dir)
 
@@ -39,6 +41,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from normlab.study.cost import cores, sweep_cost
 from normlab.study.findings import CORE, FINDINGS, Finding
 from normlab.study.report import (
     MEASURE_S,
@@ -47,7 +50,7 @@ from normlab.study.report import (
     fmt_duration,
     load_timings,
 )
-from normlab.study.robustness import perturbed_dir
+from normlab.study.robustness import calibration_dir, perturbed_dir
 
 # --------------------------------------------------------------------------------------- machine
 
@@ -191,26 +194,32 @@ def run_preset(
     overrides: Sequence[str],
     python: str = sys.executable,
     perturbed: bool = False,
+    calibration: bool = False,
+    scale: str = "cpu",
     forward: Forward | None = None,
 ) -> dict[str, Any]:
     """Run one preset's sweep (and its extra measurements), or with `perturbed` the same under the
-    finding's perturbation; return its timing record. A sweep already in OUT is continued (train.resume=auto:
-    finished jobs kept, the others resumed or started), never deleted. Raises Stopped when a signal stopped
-    it (the sweep saved its running jobs)."""
+    finding's perturbation, or with `calibration` its calibration sweep; return its timing record. A sweep
+    already in OUT is continued (train.resume=auto: finished jobs kept, the others resumed or started), never
+    deleted. Raises Stopped when a signal stopped it (the sweep saved its running jobs)."""
     sweeps = out / "sweeps"
     sweep = sweeps / finding.name
     if perturbed:
         sweep = perturbed_dir(sweep)
         overrides = [*overrides, *finding.perturbation.overrides]
+    elif calibration:
+        sweep = calibration_dir(sweep)
+        overrides = [*overrides, *finding.calibration.overrides]
     sweeps.mkdir(parents=True, exist_ok=True)
     log_path = sweeps / f"{sweep.name}.log"
     continuing = sweep.exists()
+    experiment = finding.paper_preset if scale == "paper" else finding.preset
     cmd = [  # `python -m normlab` is train.py, also where no checkout is around
         python,
         "-m",
         "normlab",
         "-m",
-        f"+experiment={finding.preset}",
+        f"+experiment={experiment}",
         f"hydra.sweep.dir={sweep.resolve()}",
         *overrides,
         "train.resume=auto",  # what is there already is kept: finished jobs skipped, the others resumed
@@ -240,7 +249,8 @@ def run_preset(
     rc = 0 if rc == EXIT_INCOMPLETE and only_invalid_skipped(sweep) else rc
     sweep_s = time.perf_counter() - t0
     record: dict[str, Any] = {
-        "command": shlex.join(["python", "train.py", "-m", f"+experiment={finding.preset}", *overrides]),
+        "command": shlex.join(["python", "train.py", "-m", f"+experiment={experiment}", *overrides]),
+        "scale": scale,
         "started": started.isoformat(timespec="seconds"),
         "rc": rc,
         "sweep_s": round(sweep_s, 1),
@@ -249,7 +259,7 @@ def run_preset(
         print(f"    the sweep exited with status {rc}; see {log_path}", file=sys.stderr)
     # the measurements (finding 5's step-time profile) are of the models' shape, which no perturbation
     # changes: the perturbed sweep is judged with the preset's own (robustness_of falls back to them)
-    if finding.measurements and rc == 0 and not perturbed:
+    if finding.measurements and rc == 0 and not perturbed and not calibration:
         t1 = time.perf_counter()
         finding.measure(sweep, overrides, echo=lambda line: print(f"    {line}", flush=True))
         record[MEASURE_S] = round(time.perf_counter() - t1, 1)
@@ -297,6 +307,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="skip the perturbed second sweep of findings that name one (their robustness line then "
         "rests on leave-one-seed-out alone)",
     )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="first run the calibration sweep of findings that name one (sweeps/NAME.calibration: the choice "
+        "a preset makes, on seeds its verdict does not use; the report then shows its arms as measured)",
+    )
+    parser.add_argument(
+        "--scale",
+        choices=("cpu", "paper"),
+        default="cpu",
+        help="cpu: the presets sized for 2 CPU cores (findings/NAME); paper: the sources' depth, width and "
+        "horizon (findings/paper/NAME), for a GPU",
+    )
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        help="also write the findings table between the findings markers of this README (README.md)",
+    )
     parser.add_argument("--list", action="store_true", help="list the findings and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -313,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         names = resolve_names(args.names, args.core) if (args.names or args.core) else None
-        path, verdicts = build_report(out, args.report_dir or out, names, command)
+        path, verdicts = build_report(out, args.report_dir or out, names, command, args.readme)
         _print_verdicts(verdicts, path)
         return 0
 
@@ -330,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ([] if args.out else ["--out", str(out)])
     )
     print(f"Reproducing {len(names)} finding(s) into {out}")
+    print(expected_time(names, args.override, not args.no_perturb, args.calibrate, args.scale), flush=True)
     forward = Forward()
     try:
         with forward.installed():
@@ -360,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     save_timings(out, timings)
     try:
-        path, verdicts = build_report(out, args.report_dir or out, None, command)
+        path, verdicts = build_report(out, args.report_dir or out, None, command, args.readme)
     except KeyboardInterrupt:
         print(
             "interrupted while writing the report; every sweep is complete: write it with python "
@@ -381,9 +410,11 @@ def run_finding(
     started: dt.datetime,
     forward: Forward,
 ) -> dict[str, Any]:
-    """A finding's preset sweep, then its perturbed sweep; its record saved in timings.json."""
+    """A finding's calibration sweep (with --calibrate), its preset sweep, then its perturbed sweep; its
+    record saved in timings.json."""
     name = finding.name
-    command = shlex.join(["python", "train.py", "-m", f"+experiment={finding.preset}", *args.override])
+    experiment = finding.paper_preset if args.scale == "paper" else finding.preset
+    command = shlex.join(["python", "train.py", "-m", f"+experiment={experiment}", *args.override])
     made_with = timings["findings"].get(name, {}).get("command") or timings.get(STARTED, {}).get(name)
     problem = held_by_other_settings(out / "sweeps" / name, made_with, command)
     if problem is not None:
@@ -392,10 +423,20 @@ def run_finding(
     # recorded before the sweep starts, so that one stopped half-way is continued with the same settings
     timings.setdefault(STARTED, {})[name] = command
     save_timings(out, timings)
-    record = run_preset(finding, out, args.override, forward=forward)
+    calibrated = None
+    if args.calibrate and finding.calibration is not None:
+        print("    calibration (seeds the verdict does not use)", flush=True)
+        calibrated = run_preset(
+            finding, out, args.override, calibration=True, scale=args.scale, forward=forward
+        )
+    record = run_preset(finding, out, args.override, scale=args.scale, forward=forward)
+    if calibrated is not None:
+        record["calibration"] = {k: calibrated[k] for k in ("command", "rc", "wall_s")}
+        record["wall_s"] = round(record["wall_s"] + calibrated["wall_s"], 1)
+        record["rc"] = record["rc"] or calibrated["rc"]
     if finding.perturbation is not None and not args.no_perturb:
         print(f"    perturbed: {finding.perturbation.label}", flush=True)
-        second = run_preset(finding, out, args.override, perturbed=True, forward=forward)
+        second = run_preset(finding, out, args.override, perturbed=True, scale=args.scale, forward=forward)
         record["perturbed"] = {k: second[k] for k in ("command", "rc", "wall_s")}
         record["wall_s"] = round(record["wall_s"] + second["wall_s"], 1)
         record["rc"] = record["rc"] or second["rc"]
@@ -403,6 +444,36 @@ def run_finding(
     timings["findings"][name] = record
     save_timings(out, timings)
     return record
+
+
+def expected_time(
+    names: Sequence[str],
+    overrides: Sequence[str],
+    perturb: bool = True,
+    calibrate: bool = False,
+    scale: str = "cpu",
+) -> str:
+    """'Expected: about 24 min on 2 idle cores (…)', printed before anything runs (normlab.study.cost)."""
+    if scale == "paper":
+        return "Expected: the paper-scale presets are sized for a GPU (hours to days each); no CPU estimate."
+    core_s, jobs = 0.0, 0
+    for name in names:
+        finding = FINDINGS[name]
+        sweeps = [list(overrides)]
+        if perturb and finding.perturbation is not None:
+            sweeps.append([*overrides, *finding.perturbation.overrides])
+        if calibrate and finding.calibration is not None:
+            sweeps.append([*overrides, *finding.calibration.overrides])
+        for extra in sweeps:
+            c = sweep_cost(finding.preset, extra)
+            core_s, jobs = core_s + c.core_s, jobs + c.jobs
+    n = cores()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    busy = f"; load now {load:.1f}, so longer while other processes share the cores" if load else ""
+    return (
+        f"Expected: about {fmt_duration(core_s / n)} on {n} idle core(s) for {jobs} jobs"
+        f"{' with the perturbed sweeps' if perturb else ''}{busy} (normlab.study.cost)."
+    )
 
 
 def _latest_out() -> Path | None:

@@ -6,25 +6,43 @@ intervals (fewer degrees of freedom), so a verdict decided by a narrow margin ma
 *inconclusive* — which is what "it rests on that seed" means at this number of seeds.
 
 A *perturbation* is one change of setup a finding names as the most likely to decide its verdict (the
-learning rate, the width, warm-up); `scripts/reproduce.py` runs the preset again with it, and the
-verdict of those runs is set beside the original one.
+learning rate, the depth, the init, warm-up, α₀); `scripts/reproduce.py` runs the preset again with it,
+and the verdict of those runs is set beside the original one, with the numbers of every counted check.
+
+A variation can only say "stable" where it could have said otherwise: it must move what decides the
+verdict — the counted checks (for *not reproduced*, the checks that are not reproduced), the unmet
+preconditions of a *not tested here*, the runs that did not learn of a *setup failed*. A variation that
+leaves all of them exactly as they were (finding 5's speed measurement, which no seed drop changes) is
+reported as *cannot move the verdict*, never as evidence of stability.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from normlab.analysis.estimate import Estimate, fmt_estimate
 from normlab.analysis.load import SEED_KEY, RunSet, load_runs
 from normlab.study.findings import FINDINGS, evaluate
-from normlab.study.findings._common import Perturbation, subset
-from normlab.study.verdicts import Outcome
+from normlab.study.findings._common import Perturbation, subset, where
+from normlab.study.verdicts import (
+    CONFIDENCE,
+    NOT_REPRODUCED,
+    NOT_TESTED,
+    SETUP_FAILED,
+    Check,
+    Outcome,
+)
 
 __all__ = [
     "Perturbation",
     "Robustness",
     "Variation",
+    "calibration_dir",
+    "deciding",
     "leave_one_seed_out",
     "perturbed_dir",
     "robustness",
@@ -33,43 +51,202 @@ __all__ = [
 ]
 
 PERTURBED_SUFFIX = ".perturbed"  # sweeps/NAME.perturbed holds the preset's run under its perturbation
+CALIBRATION_SUFFIX = ".calibration"  # sweeps/NAME.calibration: the calibration sweep (--calibrate)
 
 
 @dataclass(frozen=True)
 class Variation:
-    """The verdict of a finding with one thing changed."""
+    """The verdict of a finding with one thing changed, and the outcome it came from."""
 
     what: str  # "seed 2 dropped", "lr × ½"
     verdict: str
+    outcome: Outcome | None = None
+    perturbation: bool = False  # a change of setup (a second sweep), not a dropped seed
+
+
+def _same(a: Estimate, b: Estimate) -> bool:
+    def eq(x: float, y: float) -> bool:
+        return (math.isnan(x) and math.isnan(y)) or x == y or abs(x - y) <= 1e-12 * max(1.0, abs(x))
+
+    return eq(a.value, b.value) and eq(a.se, b.se) and a.n == b.n
+
+
+def deciding(outcome: Outcome) -> list[Estimate]:
+    """The estimates that decide `outcome`'s verdict: those of its unmet preconditions for *not tested
+    here*; else its counted checks (only those not reproduced, for *not reproduced*) and its met
+    preconditions (one that became unmet would change the verdict too)."""
+    if outcome.verdict == NOT_TESTED:
+        return [p.check.est for p in outcome.unmet if p.check is not None]
+    counted = [c for c in outcome.checks if c.counts]
+    if outcome.verdict == NOT_REPRODUCED:
+        counted = [c for c in counted if c.verdict == NOT_REPRODUCED]
+    met = [p.check.est for p in outcome.preconditions if p.met and p.check is not None]
+    return [c.est for c in counted] + met
+
+
+def can_move(base: Outcome, other: Outcome) -> bool:
+    """Whether `other` (the finding re-evaluated with one thing changed) differs from `base` in anything
+    that decides base's verdict — so that keeping the verdict says something."""
+    if other.verdict != base.verdict:
+        return True
+    if base.verdict == SETUP_FAILED:
+        return other.setup_failures != base.setup_failures
+    mine = deciding(base)
+    theirs = deciding(other)
+    if len(mine) != len(theirs):
+        return True
+    return any(not _same(a, b) for a, b in zip(mine, theirs, strict=True))
+
+
+def _numbered(outcome: Outcome) -> dict[str, tuple[int, Check]]:
+    return {c.name: (i, c) for i, c in enumerate(outcome.checks, 1)}
+
+
+def _stem(name: str) -> str:
+    """A check's name without a leading '[… init] ' tag or a trailing parenthesis: what stays the same when
+    the setting it names changes."""
+    name = re.sub(r"^\[[^\]]*\]\s*", "", name)
+    return re.sub(r"\s*\([^()]*\)$", "", name)
+
+
+def _matched(base: Outcome, other: Outcome) -> list[tuple[int, Check, list[Check]]]:
+    """(number, base check, the other outcome's checks of the same claim) for base's counted checks:
+    matched by name, else by the name without its tags (finding 1's '[xavier init] …' and '[gpt2 init] …',
+    a pooled check and its per-depth checks)."""
+    out = []
+    counted = [c for c in other.checks if c.counts]
+    for i, c in enumerate(base.checks, 1):
+        if not c.counts:
+            continue
+        same = [o for o in counted if o.name == c.name] or [
+            o for o in counted if _stem(o.name) == _stem(c.name)
+        ]
+        if same:
+            out.append((i, c, same))
+    return out
+
+
+def moved_checks(base: Outcome, other: Outcome) -> list[str]:
+    """'check 2 +0.116 [+0.083, +0.149] → +0.250 [+0.20, +0.30] (inconclusive → reproduced)' for every
+    counted check whose verdict changed; preconditions whose state changed likewise."""
+    out = []
+    for i, c, same in _matched(base, other):
+        moved = [o for o in same if o.verdict != c.verdict]
+        if moved:
+            now = "; ".join(f"{_value(o)} ({o.verdict})" for o in moved)
+            out.append(f"check {i} {_value(c)} ({c.verdict}) → {now}")
+    pre = {p.name: p for p in other.preconditions}
+    for p in base.preconditions:
+        q = pre.get(p.name)
+        if q is not None and bool(q.met) != bool(p.met):
+            state = "met" if q.met else "not met"
+            numbers = f" ({_value(p.check)} → {_value(q.check)})" if p.check and q.check else ""
+            out.append(f"precondition '{p.name}' {state}{numbers}")
+    return out
+
+
+def _value(c: Check | None) -> str:
+    if c is None:
+        return "–"
+    return fmt_estimate(c.est, CONFIDENCE, 3, unit=c.unit, significant=True)
+
+
+def perturbed_numbers(base: Outcome, other: Outcome) -> str:
+    """Every counted check's estimate without and with the perturbation: 'check 1 +0.33 [..] → +0.40 [..];
+    …' (the robustness line prints them whether or not the verdict moved)."""
+    parts = [
+        f"check {i} {_value(c)} → " + "; ".join(f"{_value(o)} ({o.verdict})" for o in same)
+        for i, c, same in _matched(base, other)
+    ]
+    for p in other.preconditions:
+        if p.check is not None:
+            parts.append(f"precondition '{p.name}' {_value(p.check)} ({'met' if p.met else 'not met'})")
+        elif not p.met:
+            parts.append(f"precondition '{p.name}' cannot be told")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
 class Robustness:
-    """A verdict and the verdicts of its variations."""
+    """A verdict, the outcome it came from, and the verdicts of its variations."""
 
     verdict: str
     variations: tuple[Variation, ...]
+    base: Outcome | None = None
+
+    def informative(self, v: Variation) -> bool:
+        """Whether `v` could have changed the verdict (see the module docstring); without outcomes to
+        compare, a variation counts as informative."""
+        if self.base is None or v.outcome is None:
+            return True
+        return can_move(self.base, v.outcome)
 
     @property
     def changed(self) -> list[Variation]:
         return [v for v in self.variations if v.verdict != self.verdict]
 
     @property
+    def inert(self) -> list[Variation]:
+        """Variations that moved nothing the verdict rests on."""
+        return [v for v in self.variations if v.verdict == self.verdict and not self.informative(v)]
+
+    @property
     def stable(self) -> bool:
-        return bool(self.variations) and not self.changed
+        tried = [v for v in self.variations if self.informative(v)]
+        return bool(tried) and not self.changed
 
     @property
     def summary(self) -> str:
-        """'stable (each of 3 seeds dropped; lr × ½)', 'flips when seed 2 is dropped (→ inconclusive)'."""
+        """'stable (each of 3 seeds dropped; lr × ½)', 'flips when seed 2 is dropped (→ inconclusive)',
+        'cannot be moved by its variations (…)'."""
         if not self.variations:
             return "not checked (one seed)"
-        if self.stable:
-            return f"stable ({_tried(self.variations)})"
         parts = []
         for verdict in dict.fromkeys(v.verdict for v in self.changed):
             whats = [v.what for v in self.changed if v.verdict == verdict]
-            parts.append(f"flips {_joined(whats)} (→ {verdict})")
+            moved = sorted(
+                {
+                    m.split(" ")[1]
+                    for v in self.changed
+                    if v.verdict == verdict
+                    for m in self._moved(v)
+                    if m.startswith("check ")
+                }
+            )
+            which = f"; check {', '.join(moved)} moved" if moved else ""
+            parts.append(f"flips {_joined(whats)} (→ {verdict}{which})")
+        if not parts:
+            tried = [v for v in self.variations if self.informative(v)]
+            if tried:
+                parts.append(f"stable ({_tried(tried)})")
+        inert = self.inert
+        if inert:
+            parts.append(f"{_tried(inert)}: cannot move it (nothing the verdict rests on changes)")
         return "; ".join(parts)
+
+    def _moved(self, v: Variation) -> list[str]:
+        if self.base is None or v.outcome is None:
+            return []
+        return moved_checks(self.base, v.outcome)
+
+    def details(self) -> list[str]:
+        """One phrase per variation for the report: its verdict, what moved, and — for a perturbation —
+        every counted check's numbers without and with it."""
+        out = []
+        for v in self.variations:
+            text = f"{v.what}: {v.verdict}"
+            if self.base is not None and v.outcome is not None:
+                if v.perturbation:
+                    numbers = perturbed_numbers(self.base, v.outcome)
+                    text += f" ({numbers})" if numbers else ""
+                else:
+                    moved = self._moved(v)
+                    if moved:
+                        text += f" ({'; '.join(moved)})"
+                    elif not self.informative(v):
+                        text += " (moves nothing the verdict rests on)"
+            out.append(text)
+        return out
 
 
 def _tried(variations: Sequence[Variation]) -> str:
@@ -100,10 +277,11 @@ def leave_one_seed_out(evaluate: Callable[[RunSet], Outcome], rs: RunSet) -> lis
     if len(seeds) < 2:
         return []
     column = rs.runs[SEED_KEY].astype(str)
-    return [
-        Variation(f"seed {s} dropped", evaluate(subset(rs, rs.runs.index[column != s])).verdict)
-        for s in seeds
-    ]
+    out = []
+    for s in seeds:
+        outcome = evaluate(subset(rs, rs.runs.index[column != s]))
+        out.append(Variation(f"seed {s} dropped", outcome.verdict, outcome))
+    return out
 
 
 def robustness(
@@ -111,9 +289,10 @@ def robustness(
     rs: RunSet,
     verdict: str,
     perturbed: Sequence[Variation] = (),
+    base: Outcome | None = None,
 ) -> Robustness:
     """The robustness line of a finding: leave-one-seed-out on `rs`, plus any perturbed verdicts."""
-    return Robustness(verdict, (*leave_one_seed_out(evaluate, rs), *perturbed))
+    return Robustness(verdict, (*leave_one_seed_out(evaluate, rs), *perturbed), base)
 
 
 def perturbed_dir(sweep_dir: str | Path) -> Path:
@@ -122,20 +301,46 @@ def perturbed_dir(sweep_dir: str | Path) -> Path:
     return path.with_name(path.name + PERTURBED_SUFFIX)
 
 
-def robustness_of(name: str, rs: RunSet, verdict: str, sweep_dir: str | Path | None = None) -> Robustness:
-    """Leave-one-seed-out on `rs`, and the verdict of the perturbed sweep beside `sweep_dir` if it ran."""
+def calibration_dir(sweep_dir: str | Path) -> Path:
+    """Where the calibration sweep of a preset lies: beside the preset's own."""
+    path = Path(sweep_dir)
+    return path.with_name(path.name + CALIBRATION_SUFFIX)
+
+
+def perturbed_runs(rs: RunSet, other: Path, perturbation: Perturbation) -> RunSet:
+    """The runs the perturbed verdict is computed on: the perturbed sweep, with the preset's own runs
+    that the change leaves alone (`Perturbation.reuse`)."""
+    reused: list[str] = []
+    for key_name, value in perturbation.reuse:
+        reused += [str(p) for p in where(rs, **{key_name: value})["path"]]
+    return load_runs([other, *reused])
+
+
+def robustness_of(
+    name: str,
+    rs: RunSet,
+    verdict: str,
+    sweep_dir: str | Path | None = None,
+    base: Outcome | None = None,
+) -> Robustness:
+    """Leave-one-seed-out on `rs`, and the verdict of the perturbed sweep beside `sweep_dir` if it ran.
+    `base` is the outcome `verdict` came from (computed here when not given)."""
     finding = FINDINGS[name]
     extras = finding.load_extras(sweep_dir) if sweep_dir is not None else {}
+    base = base or evaluate(name, rs, extras)
     perturbed: list[Variation] = []
     other = perturbed_dir(sweep_dir) if sweep_dir is not None else None
     if finding.perturbation is not None and other is not None and other.is_dir():
         try:
-            prs = load_runs(other)
+            prs = perturbed_runs(rs, other, finding.perturbation)
         except Exception as e:  # a broken second sweep must not lose the first one's verdict
-            perturbed.append(Variation(f"{finding.perturbation.label} (could not be loaded: {e})", verdict))
+            label = f"{finding.perturbation.label} (could not be loaded: {e})"
+            perturbed.append(Variation(label, verdict, None, perturbation=True))
         else:
             # measurements of the models' shape (finding 5's profile) are not repeated for the perturbed
             # sweep: it is judged with the preset's own
             outcome = evaluate(name, prs, finding.load_extras(other) or extras)
-            perturbed.append(Variation(finding.perturbation.label, outcome.verdict))
-    return robustness(lambda sub: evaluate(name, sub, extras), rs, verdict, perturbed)
+            perturbed.append(
+                Variation(finding.perturbation.label, outcome.verdict, outcome, perturbation=True)
+            )
+    return robustness(lambda sub: evaluate(name, sub, extras), rs, verdict, perturbed, base)

@@ -50,8 +50,9 @@ CONFIDENCE = 1 - 2 * ALPHA  # the two-sided interval shown in the tables (90 %)
 
 RULE = (
     f"Every check is a one-sided test at level α = {ALPHA:g} on the mean over seeds, with Student-t "
-    "critical values: n − 1 degrees of freedom for one group, Welch–Satterthwaite for differences of "
-    f"groups. Tables show the estimate and its two-sided {100 * CONFIDENCE:.0f} % confidence interval "
+    "critical values: n − 1 degrees of freedom for one group and for a difference between arms that ran "
+    "the same seeds (paired by seed: each seed's difference, which removes what the arms share — data "
+    "order, seed), Welch–Satterthwaite for arms that did not. Tables show the estimate and its two-sided {100 * CONFIDENCE:.0f} % confidence interval "
     "[lo, hi], from which each verdict can be read. A *directional* claim is signed so that positive is "
     "the claimed direction and has a stated margin δ ≥ 0, the smallest effect that counts as the claimed "
     "one (from the paper where it reports a size, else a stated smallest effect of interest): it is "
@@ -218,13 +219,25 @@ class Precondition:
     observed: str  # what the runs show, in numbers
     met: bool | None
     remedy: str = ""  # what would make it happen here (a longer horizon, a higher learning rate)
+    check: Check | None = None  # the check that decided it, when one did (its estimate: robustness.py)
 
     @classmethod
     def shown_by(cls, c: Check, remedy: str = "") -> Precondition:
         """Met when a directional or equality check of the phenomenon is reproduced (at level ALPHA)."""
         value = fmt_estimate(c.est, CONFIDENCE, 3, unit=c.unit, significant=True)
         observed = f"{c.statistic}: {value}, needed {c.rule} ({c.verdict})"
-        return cls(c.name, observed, c.verdict == REPRODUCED, remedy)
+        return cls(c.name, observed, c.verdict == REPRODUCED, remedy, c)
+
+    @classmethod
+    def all_of(cls, name: str, parts: Sequence[Precondition], remedy: str = "") -> Precondition:
+        """Met when every part is (None when one cannot be told and none fails); the parts' numbers in
+        `observed`, the first part that is not met as its deciding `check`."""
+        states = [p.met for p in parts]
+        met: bool | None = False if False in states else (None if None in states else True)
+        observed = "; ".join(f"{p.name}: {p.observed}" for p in parts)
+        failing = next((p for p in parts if not p.met), None)
+        deciding = failing.check if failing is not None else next((p.check for p in parts if p.check), None)
+        return cls(name, observed, met, remedy, deciding)
 
     @property
     def sentence(self) -> str:

@@ -35,6 +35,7 @@ from normlab.study.findings import (
 )
 from normlab.study.findings._common import (
     PRESET_GROUP,
+    Calibration,
     CannotEvaluate,
     Drawn,
     Extras,
@@ -91,6 +92,7 @@ __all__ = [
     "FINDINGS",
     "MODULES",
     "PRESET_GROUP",
+    "Calibration",
     "CannotEvaluate",
     "Drawn",
     "Extras",

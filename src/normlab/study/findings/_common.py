@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from normlab.analysis.estimate import ci_label
+from normlab.analysis.estimate import Estimate, ci_label, combination, estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.stats import finite, fmt_mean_std
 from normlab.data.unigram import did_learn
@@ -46,11 +46,29 @@ class CannotEvaluate(ValueError):
 
 @dataclass(frozen=True)
 class Perturbation:
-    """One change of a preset's setup, run as a second sweep beside the preset's own (robustness.py)."""
+    """One change of a preset's setup, run as a second sweep beside the preset's own (robustness.py).
+
+    `reuse` names the runs of the preset's own sweep that the change does not touch (config key → value,
+    e.g. {"norm": "ln"} when only BatchNorm's statistics change): the perturbed sweep runs only the others
+    (its overrides narrow the sweep), and the perturbed verdict is computed on both together."""
 
     label: str  # how the report names it: "lr × 2 (6e-3)"
     overrides: tuple[str, ...]  # Hydra overrides added to the preset's: ("optim.lr=6e-3",)
     why: str  # why this is the setting most likely to decide the verdict
+    reuse: tuple[tuple[str, str], ...] = ()  # (key, value) of the preset's runs the change leaves alone
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A choice made on runs that the verdict does not then use (a head, a learning rate, α₀): the seeds it
+    ran on, the sweep that makes it (Hydra overrides on top of the preset, run by
+    `scripts/reproduce.py --calibrate` into sweeps/NAME.calibration), what each arm gave when we ran it,
+    and what was chosen. The preset's own seeds must not include `seeds` (tests/reproduce check it)."""
+
+    seeds: tuple[int, ...]
+    overrides: tuple[str, ...]  # e.g. ("model.tie_embeddings=true,false", "optim.lr=1e-3,5e-3", "seed=0")
+    arms: str  # what each arm gave when we ran it (ours), in words with numbers
+    chosen: str  # what the preset uses, and why
 
 
 def _no_lines(result: dict[str, Any]) -> list[str]:
@@ -90,6 +108,14 @@ class Finding:
     ours: bool = False  # observed in this project, not a published claim
     # the change of setup most likely to decide the verdict, run as a second sweep (see robustness.py)
     perturbation: Perturbation | None = None
+    calibration: Calibration | None = None  # a choice made on seeds the verdict does not use
+    # a claim we put together from published ones that none of them makes for this model (finding 6)
+    composite: bool = False
+    # the scale of the source's own evidence, and the preset findings/paper/NAME that runs it (docs/findings)
+    paper_scale: str = ""
+    short: str = ""  # the claim in a few words, for the README's table
+    # "can this happen here?" in one sentence, for a finding whose claim needs no precondition of its own
+    can_happen: str = ""
 
     @property
     def preset(self) -> str:
@@ -121,6 +147,11 @@ class Finding:
             if path.is_file():
                 extras[m.key] = json.loads(path.read_text())
         return extras
+
+    @property
+    def paper_preset(self) -> str:
+        """Its paper-scale preset as `+experiment=` names it (configs/experiment/findings/paper/NAME.yaml)."""
+        return f"{PRESET_GROUP}/paper/{self.name}"
 
     @property
     def cite(self) -> str:
@@ -372,6 +403,59 @@ CI_LABEL = ci_label(CONFIDENCE)  # how the findings name their intervals (the ve
 
 def diverged_count(runs: pd.DataFrame) -> str:
     return f"{int((runs['status'] == 'diverged').sum())}/{len(runs)}"
+
+
+# ------------------------------------------------------------------------------ comparing arms
+
+
+def by_seed(rs: RunSet, values: pd.Series) -> pd.Series | None:
+    """Per-run values re-indexed by their runs' seeds (finite values only); None when they are not indexed
+    by runs of `rs` or two of them share a seed."""
+    if not isinstance(values, pd.Series) or "seed" not in rs.runs.columns:
+        return None
+    if not values.index.isin(rs.runs.index).all():
+        return None
+    seeds = rs.runs.loc[values.index, "seed"].astype(str)
+    if seeds.duplicated().any():
+        return None
+    out = pd.Series(pd.to_numeric(values, errors="coerce").to_numpy(dtype=float), index=seeds.to_numpy())
+    return out[np.isfinite(out.to_numpy())]
+
+
+def paired(rs: RunSet, terms: Sequence[tuple[float, pd.Series]]) -> Estimate:
+    """Σ wᵢ · mean(armᵢ), paired by seed where every arm ran the same seeds (issue 28): each seed's
+    weighted sum, its mean over seeds with n − 1 degrees of freedom — the arms of a preset share data order
+    and seeds, so pairing removes what they have in common. Otherwise (different seeds, or per-run values
+    without run ids) the arms are independent groups: Welch–Satterthwaite — also where every seed's sum
+    is the same number (no noise estimate), for which the unpaired interval is valid and, arms that move
+    together being positively correlated, conservative."""
+    unpaired = combination([(w, estimate(arm)) for w, arm in terms])
+    per_seed = [by_seed(rs, arm) for _, arm in terms]
+    if all(x is not None for x in per_seed):
+        seeds = set(per_seed[0].index)
+        if len(seeds) >= 2 and all(set(x.index) == seeds for x in per_seed):
+            order = sorted(seeds)
+            total = sum(w * x.reindex(order).to_numpy() for (w, _), x in zip(terms, per_seed, strict=True))
+            by_pairs = estimate(total)
+            if by_pairs.has_noise or not unpaired.has_noise:
+                return by_pairs
+    return unpaired
+
+
+def compare(rs: RunSet, a: pd.Series, b: pd.Series) -> Estimate:
+    """mean(a) − mean(b), paired by seed where both arms ran the same seeds, else Welch (`paired`)."""
+    return paired(rs, [(1.0, a), (-1.0, b)])
+
+
+def compare_by_seed(a: pd.Series, b: pd.Series) -> Estimate:
+    """a − b for values already indexed by seed: paired where both have the same seeds, else Welch."""
+    a, b = a.astype(float).dropna(), b.astype(float).dropna()
+    unpaired = combination([(1.0, estimate(a)), (-1.0, estimate(b))])
+    if len(a) >= 2 and set(a.index) == set(b.index) and a.index.is_unique and b.index.is_unique:
+        by_pairs = estimate((a - b.reindex(a.index)).to_numpy())
+        if by_pairs.has_noise or not unpaired.has_noise:
+            return by_pairs
+    return unpaired
 
 
 def log_ratio(a: float, b: float) -> float:

@@ -29,17 +29,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
-from normlab.analysis.estimate import difference, estimate
+from normlab.analysis.estimate import estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grad_heatmap, plot_grad_norm
 from normlab.metrics import names
 from normlab.study.findings._common import (
+    Calibration,
     Drawn,
     Extras,
     Finding,
+    Perturbation,
     baseline_note,
+    compare,
     diverged_count,
     fmt_series,
     group_labels,
@@ -143,12 +147,16 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     ratio, grad, score, excess, table = {}, {}, {}, {}, []
     for scale in [VANILLA, SCALED, *others]:
         runs = where(rs, embed_scale=scale)
-        ratio[scale] = [
-            early_ratio(rs, run, int(r["depth"]), int(r["train.max_steps"])) for run, r in runs.iterrows()
-        ]
-        grad[scale] = [mean_log_grad_norm(rs, run) for run in runs.index]
+        ratio[scale] = pd.Series(
+            {
+                run: early_ratio(rs, run, int(r["depth"]), int(r["train.max_steps"]))
+                for run, r in runs.iterrows()
+            },
+            dtype=float,
+        )
+        grad[scale] = pd.Series({run: mean_log_grad_norm(rs, run) for run in runs.index}, dtype=float)
         spikes = [run_spike(rs, run) for run in runs.index]
-        score[scale] = [sc for sc, _ in spikes]
+        score[scale] = pd.Series([sc for sc, _ in spikes], index=runs.index, dtype=float)
         excess[scale] = [sc - q for sc, q in spikes]
         watch = {summary_value(rs, run, "spike_watch_start") for run in runs.index} - {None}
         table.append(
@@ -173,24 +181,24 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             check(
                 tag + "Small embeddings give larger early-layer gradients",
                 "log(mean ‖g‖ of block 0 / mean ‖g‖ of the last block) over the first 20 % of steps: "
-                f"embed_scale={small} − embed_scale={large} (Welch)",
-                difference(ratio[small], ratio[large]),
+                f"embed_scale={small} − embed_scale={large} (paired by seed)",
+                compare(rs, ratio[small], ratio[large]),
                 margin=RATIO_MARGIN,
                 counts=counts,
             ),
             check(
                 tag + "Small embeddings give a larger gradient norm",
                 f"mean over steps of log ‖g‖ (global, before clipping): embed_scale={small} − "
-                f"embed_scale={large} (Welch)",
-                difference(grad[small], grad[large]),
+                f"embed_scale={large} (paired by seed)",
+                compare(rs, grad[small], grad[large]),
                 margin=GRAD_MARGIN,
                 counts=counts,
             ),
             check(
                 tag + "Scaling the embeddings up removes the loss spikes",
                 f"spike score (largest rise of the loss above its running median of {SPIKE_WINDOW} steps, "
-                f"in robust-noise units): embed_scale={small} − embed_scale={large} (Welch)",
-                difference(score[small], score[large]),
+                f"in robust-noise units): embed_scale={small} − embed_scale={large} (paired by seed)",
+                compare(rs, score[small], score[large]),
                 margin=SPIKE_MARGIN,
                 counts=counts,
             ),
@@ -241,4 +249,21 @@ FINDING = Finding(
     False,
     evaluate,
     draw,
+    perturbation=Perturbation(
+        "depth × 3 (18 blocks)",
+        ("depth=18",),
+        "the paper's spikes come from models of 24 layers and more; a deeper stack is the change most likely "
+        "to make the vanilla model spike here, which the claim needs before Scaled Embed can prevent it.",
+    ),
+    calibration=Calibration(
+        seeds=(0,),
+        overrides=("optim.lr=1e-2,3e-2", "seed=0"),
+        arms="seed 0 (our runs): at lr 1e-2 and 3e-2 no run spiked (spike scores 2.3–3.3 against the "
+        "noise-only 95 % quantile 3.57; the 6σ detector fired in none), while block 0's early gradient was "
+        "e^2.7 ≈ 15× the last block's with Vanilla, e^1.7 ≈ 5.6× with Scaled Embed and 1.5× at std 1; final "
+        "val loss 4.16 / 2.36 / 2.28 at lr 1e-2.",
+        chosen="lr 1e-2: higher than the project default, where spikes are likelier, and every arm learns.",
+    ),
+    short="Small unscaled embeddings give larger early-layer gradients and loss spikes; Scaled Embed prevents the spikes",
+    paper_scale="pre-training runs of models with widths near 2,000 and 24 layers or more.",
 )

@@ -21,18 +21,22 @@ import math
 import numpy as np
 import pandas as pd
 
-from normlab.analysis.estimate import difference, fmt_estimate
+from normlab.analysis.estimate import fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure
 from normlab.analysis.stats import layer_columns
 from normlab.metrics import names
 from normlab.study.findings._common import (
     CI_LABEL,
+    Calibration,
     CannotEvaluate,
     Drawn,
     Extras,
     Finding,
+    Perturbation,
     baseline_note,
+    compare,
+    compare_by_seed,
     end_loss,
     fmt_series,
     key,
@@ -130,8 +134,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             check(
                 f"Without qk-layernorm, attention logits grow more at a high learning rate ({hi:g} vs {lo:g})",
                 f"log of the largest attention logit (over blocks) at the end of training, qk_norm=none: "
-                f"lr {hi:g} − lr {lo:g} (Welch); log 1.5 = 0.405",
-                difference(np.log(cell("none", hi, "logit_end")), np.log(cell("none", lo, "logit_end"))),
+                f"lr {hi:g} − lr {lo:g} (paired by seed); log 1.5 = 0.405",
+                compare(rs, np.log(cell("none", hi, "logit_end")), np.log(cell("none", lo, "logit_end"))),
                 margin=LOGIT_MARGIN,
             ),
             "A higher learning rate or a longer run grows them (Wortsman et al. Fig. 1).",
@@ -139,8 +143,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         Precondition.shown_by(
             check(
                 f"Without qk-layernorm, training degrades at the highest learning rate ({lrs[-1]:g})",
-                f"min(final val loss, ℓ₀), qk_norm=none: lr {lrs[-1]:g} − its best lr {best_none:g} (Welch)",
-                difference(cell("none", lrs[-1], "loss"), cell("none", best_none, "loss")),
+                f"min(final val loss, ℓ₀), qk_norm=none: lr {lrs[-1]:g} − its best lr {best_none:g} (paired by seed)",
+                compare(rs, cell("none", lrs[-1], "loss"), cell("none", best_none, "loss")),
                 margin=LOSS_MARGIN,
                 unit="nats",
             ),
@@ -150,23 +154,25 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     checks = [
         check(
             f"qk-layernorm keeps them smaller at lr {hi:g}",
-            f"log of the largest attention logit at the end, lr {hi:g}: qk_norm=none − qk_norm=ln (Welch)",
-            difference(np.log(cell("none", hi, "logit_end")), np.log(cell("ln", hi, "logit_end"))),
+            f"log of the largest attention logit at the end, lr {hi:g}: qk_norm=none − qk_norm=ln (paired by seed)",
+            compare(rs, np.log(cell("none", hi, "logit_end")), np.log(cell("ln", hi, "logit_end"))),
             margin=LOGIT_MARGIN,
         ),
         check(
             f"qk-layernorm trains to a lower loss at the highest learning rate ({lrs[-1]:g})",
-            f"min(final val loss, ℓ₀) at lr {lrs[-1]:g}: qk_norm=none − qk_norm=ln (Welch; a diverged run "
-            "counts at ℓ₀)",
-            difference(cell("none", lrs[-1], "loss"), cell("ln", lrs[-1], "loss")),
+            f"min(final val loss, ℓ₀) at lr {lrs[-1]:g}: qk_norm=none − qk_norm=ln (paired by seed; a diverged "
+            "run counts at ℓ₀)",
+            compare(rs, cell("none", lrs[-1], "loss"), cell("ln", lrs[-1], "loss")),
             margin=LOSS_MARGIN,
             unit="nats",
         ),
         check(
             "qk-layernorm lowers LR sensitivity",
-            "LR sensitivity E_η[min(ℓ(η), ℓ₀) − ℓ*] over the grid, per seed: qk_norm=none − qk_norm=ln (Welch)",
-            difference(
-                sens.loc[sens["variant"] == "none", "sens"], sens.loc[sens["variant"] == "ln", "sens"]
+            "LR sensitivity E_η[min(ℓ(η), ℓ₀) − ℓ*] over the grid, per seed: qk_norm=none − qk_norm=ln "
+            "(paired by seed)",
+            compare_by_seed(
+                sens[sens["variant"] == "none"].set_index("seed")["sens"],
+                sens[sens["variant"] == "ln"].set_index("seed")["sens"],
             ),
             margin=SENS_MARGIN,
             unit="nats",
@@ -268,4 +274,21 @@ FINDING = Finding(
     False,
     evaluate,
     draw,
+    perturbation=Perturbation(
+        "depth × 2 (8 blocks)",
+        ("depth=8",),
+        "the paper's attention-logit growth worsens as models grow (its Fig. 1 scales depth and width "
+        "together); a deeper stack is the size change a CPU can afford, and the one most likely to move the "
+        "LR-sensitivity gap.",
+    ),
+    calibration=Calibration(
+        seeds=(0,),
+        overrides=("seed=0",),
+        arms="seed 0 (our runs, on the branch that added qk_norm and z-loss): every run learned (best "
+        "2.6–5.3 nats against the unigram 5.74); without qk-norm the largest attention logit reached ~3·10⁴ "
+        "at lr 0.3.",
+        chosen="the paper's recipe as its §2 gives it; the calibration checked only that every arm learns.",
+    ),
+    short="At high learning rates attention logits grow without qk-layernorm; with it the loss stays low and LR sensitivity drops",
+    paper_scale="small Transformers trained for 1e5 steps over a grid of learning rates and model sizes (§2, Figs. 1–2).",
 )
