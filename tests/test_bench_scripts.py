@@ -193,7 +193,7 @@ def test_embedding_rank_benchmark_times_both_routes(repo_root):
     assert "by the Gram route" in proc.stdout and "by the SVD" in proc.stdout and "of a step" in proc.stdout
 
 
-TINY_STACK = ["model=tiny", "depth=1", "data.vocab_size=256", "train.seq_len=8", "data.n_train_stories=200"]
+TINY_STACK = ["model=tiny", "depth=1", "data.vocab_size=260", "train.seq_len=8", "data.n_train_stories=200"]
 
 
 def test_stack_benchmark_in_process_reports_the_ratio(repo_root, tmp_path):

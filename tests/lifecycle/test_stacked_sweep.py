@@ -189,4 +189,6 @@ def test_soak_of_a_stacked_sweep(tmp_path, cache_dir):
     )
     result = soak(spec)
     assert result.ok, result.to_json()
-    assert result.survived == 4 and result.steps_lost == 0 and result.equal == 3
+    # the 4 faults in the sweep, then the pairs of single runs started together (concurrent_runs)
+    assert result.survived == len(result.faults) == 4 + spec.concurrent_runs
+    assert result.steps_lost == 0 and result.equal == 3

@@ -27,7 +27,8 @@ sweep: `concurrent_runs` pairs of single runs started together into one fresh di
 learning rates (one is refused having written nothing; the survivor's `.hydra/` and summary carry its own
 lr), and, where a tmpfs can be mounted (root), a full disk: job 0 alone on a small file system must end
 `failed` · 2 naming the file, then — the file system grown — finish from its printed continue command
-bit-identical to the reference. Every invocation's job directories are also checked for mislabelled
+bit-identical to the reference (`--launcher stacked`: the doubled continue command only, and no full disk;
+see `SoakSpec.file_faults`). Every invocation's job directories are also checked for mislabelled
 configs (a job whose `.hydra/config.yaml` or summary.json says another seed than its overrides).
 
 Reported: N, M, faults survived (by kind), steps lost (steps missing from or repeated in the final
@@ -308,6 +309,17 @@ class SoakSpec:
     concurrent_runs: int = 2  # pairs of single runs started together into one directory, after the sweep
     disk_full: bool = True  # job 0 alone on a small tmpfs (skipped where none can be mounted)
     launcher: str = "joblib"  # hydra/launcher=: joblib (the pool), or stacked (the jobs as one model)
+
+    def file_faults(self) -> tuple[str, ...]:
+        """The file-fault kinds this soak takes in turn. A stacked sweep's member that a damaged file sends
+        back to an older checkpoint than its stack's trains in a stack of its own, and the full-disk job
+        trains alone: equal to the uninterrupted member within float tolerance (tests/test_stacked.py), not
+        bit for bit, which is what the soak checks — so a stacked soak takes the doubled continue command
+        only (the damaged-file paths are a member's Run's own, soaked with joblib)."""
+        return (CONCURRENT_SWEEP,) if self.launcher == "stacked" else FILE_FAULTS
+
+    def with_disk_full(self) -> bool:
+        return self.disk_full and self.launcher != "stacked"  # job 0 alone: see file_faults
     overrides: tuple[str, ...] = (
         "model=tiny",
         "logger=none",
@@ -685,7 +697,7 @@ def soak(spec: SoakSpec) -> SoakResult:
         problems.append("the uninterrupted reference sweep did not exit 0")
     delays = fault_delays(spec.delay_s, time.monotonic() - t0, spec.faults)
     plan = fault_plan(spec, rng)
-    kinds = rng.sample(FILE_FAULTS, len(FILE_FAULTS))  # each kind in turn, in a random order
+    kinds = rng.sample(spec.file_faults(), len(spec.file_faults()))  # each kind in turn, in a random order
     faults: list[FaultRecord] = []
     invocations = 0
     sweep: SweepProcess | None = None
@@ -789,7 +801,7 @@ def soak(spec: SoakSpec) -> SoakResult:
         record.n = len(faults) + 1
         faults.append(record)
         wrong_labels.update(labels)
-    if spec.disk_full:
+    if spec.with_disk_full():
         record = disk_full(spec, spec.workdir, reference)
         if record is not None:
             record.n = len(faults) + 1
