@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from normlab.configs import CONFIG_DIR
+from normlab.study.findings import FINDINGS
 from normlab.suggest import CommandLineError, before_hydra, presets, sentence, unknown_key
 
 
@@ -64,7 +65,10 @@ def test_every_preset_is_listed_shared_parts_left_out():
         and "findings/tied_embedding_collapse" in found
     )
     assert not any(p.rsplit("/", 1)[-1].startswith("_") for p in found)
-    assert len([p for p in found if p.startswith("findings/")]) == 13
+    paper = {p for p in found if p.startswith("findings/paper/")}
+    cpu = {p for p in found if p.startswith("findings/")} - paper
+    assert cpu == {f.preset for f in FINDINGS.values()}  # each finding's CPU preset and its paper-scale one
+    assert paper == {f.paper_preset for f in FINDINGS.values()}
 
 
 def test_unknown_keys_match_groups_and_top_level_knobs_first():
