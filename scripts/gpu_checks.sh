@@ -11,7 +11,7 @@
 # NANOGPT is a nanoGPT checkout (or a folder with its model.py); OUT receives the JSON files and logs.
 # Each part has its own time limit (T_GPU, T_STACK, T_TEST, T_SHARE, T_RANK seconds), the most important
 # first, so one that hangs cannot take the others' time. A folder .whl/ of wheels, when there is one, is
-# installed first into /tmp/site (for machines without a package index).
+# installed first into a temporary folder (for machines without a package index).
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/gpu}
@@ -20,8 +20,9 @@ mkdir -p "$OUT"
 T0=$(date +%s)
 elapsed() { echo "[$(($(date +%s) - T0)) s] $*"; }
 if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD/src
+    SITE=$(mktemp -d)
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" .whl/*.whl || exit 1
+    export PYTHONPATH=$SITE:$PWD/src
 fi
 export PYTHONUNBUFFERED=1 WANDB_MODE=offline
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
