@@ -33,7 +33,7 @@ def test_overhead_script_runs_and_reports_the_ratio(repo_root, tmp_path):
         f"--json={out}",
         "model=tiny",
         "depth=2",
-        "data.vocab_size=256",
+        "data.vocab_size=260",
         "train.batch_size=2",
         "train.seq_len=8",
         "metrics.dense_until=5",
