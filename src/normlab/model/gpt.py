@@ -53,7 +53,7 @@ ALL = slice(None)  # every row of a parameter
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention. `qk_norm` (none, or a norm of NORMS that acts on one vector at a
-    time: ln, rms, dyt, scalenorm) normalises each head's queries and keys over d_head before the dot
+    time: `qk_norms()`) normalises each head's queries and keys over d_head before the dot
     product, with one set of learned parameters of size d_head shared by the heads: qk-layernorm
     (Dehghani et al. 2023), which Wortsman et al. 2023 use against attention-logit growth; per head as
     OLMo-core's `use_head_qk_norm` (allenai/OLMo-core, src/olmo_core/nn/attention/__init__.py).

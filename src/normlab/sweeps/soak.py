@@ -320,6 +320,7 @@ class SoakSpec:
 
     def with_disk_full(self) -> bool:
         return self.disk_full and self.launcher != "stacked"  # job 0 alone: see file_faults
+
     overrides: tuple[str, ...] = (
         "model=tiny",
         "logger=none",
