@@ -54,7 +54,7 @@ class LayerNormConfig(NormConfig):
 
 @dataclass(frozen=True)
 class RMSNormConfig(NormConfig):
-    """RMSNorm: y = x / sqrt(mean(x²) + eps) · g, statistics in float32 (Zhang & Sennrich 2019)"""
+    """RMSNorm: y = x / sqrt(mean(x²) + eps) · g, statistics in at least float32 (Zhang & Sennrich 2019)"""
 
     name: str = _name("rms")
     eps: float = knob(1e-6, "added to the mean square", gt=0)
