@@ -87,6 +87,14 @@ def test_block_formulas():
     )
 
 
+@pytest.mark.parametrize(("norm", "placement"), VALID)
+def test_the_model_states_the_formula_it_was_built_with(norm, placement):
+    """GPT.formula() reads the model's own per-layer slots; it writes what block_formula (checked by hand above)
+    writes from the config, at a depth where mixln and lnscale vary by block."""
+    model = make(norm, placement, n_layers=4, qk_norm="rms")
+    assert model.formula() == block_formula(norm, placement, 4, qk_norm="rms")
+
+
 def test_block_formulas_of_the_new_placements_per_layer_where_they_vary():
     assert block_formula("rms", "reordered", 4) == "x ← x + RMS(Attn(x)); x ← x + RMS(FFN(x))"
     # Mix-LN, ρ = 0.25 of 8 blocks: the first 2 Post-LN, the other 6 Pre-LN

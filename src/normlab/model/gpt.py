@@ -11,10 +11,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.model.config import ModelConfig
-from normlab.model.norms import NORMS, build_norm, build_qk_norm, norm_spec, slot_spec
+from normlab.model.norms import NORMS, build_norm, build_qk_norm, norm_spec, norm_symbol, slot_spec
 from normlab.model.placements import PLACEMENTS, Slots, placement_spec
 from normlab.model.stackable import Linear, causal_attention
-from normlab.model.variant import INITS, POSITIONS, InvalidVariant, Spec, check_heads, check_variant
+from normlab.model.variant import (
+    INITS,
+    POSITIONS,
+    InvalidVariant,
+    Spec,
+    check_heads,
+    check_variant,
+    layers_formula,
+)
 
 # What flows from block to block: the residual stream x, or (x, d) with ResiDual's second stream d.
 Stream = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
@@ -249,8 +257,11 @@ class GPT(nn.Module):
             n_layers,
             qk_norm,
         )
+        self.norm_spec = norm
+        # each block's slots: the one place the placement is read (formula, normalises_stream, the blocks)
         self.layer_slots = where.per_layer(n_layers, placement)
         self.dual_stream = where.dual_stream
+        self.residual_scale = kind.residual_scale(n_layers)
         self.context_length, self.d_model = context_length, d_model
         scale = math.sqrt(d_model) if embed_scale == "sqrt_d" else float(embed_scale)
         # a learnable scalar starting at that value: the DyT authors' LLaMA recipe (√d, learned)
@@ -263,7 +274,7 @@ class GPT(nn.Module):
             self.register_buffer("pos_table", sinusoidal_positions(context_length, d_model), persistent=False)
             self.pos_emb = None
         self.drop = nn.Dropout(dropout)
-        alpha = kind.residual_scale(n_layers)
+        alpha = self.residual_scale
         self.blocks = nn.ModuleList(
             Block(
                 d_model,
@@ -287,6 +298,19 @@ class GPT(nn.Module):
             self.head.weight = self.tok_emb.weight
         beta = kind.init_gain(n_layers) if kind.init_gain is not None else None
         self._init_weights(init, beta)
+
+    def normalises_stream(self, block: int | None = None) -> bool:
+        """Whether block `block` (None: some block) normalises the residual stream itself (Post-LN's slot C)."""
+        slots = self.layer_slots if block is None else [self.layer_slots[block]]
+        return any(s.after_add for s in slots)
+
+    def formula(self) -> str:
+        """What the blocks compute, as `block_formula` writes it (e.g. `x ← x + Attn(LN(x)); x ← x + FFN(LN(x))`),
+        from the slots this model was built with."""
+        qk = norm_symbol(self.qk_norm) if self.qk_norm != "none" else ""
+        return layers_formula(
+            self.layer_slots, norm_symbol(self.norm_spec), self.residual_scale, self.dual_stream, qk
+        )
 
     @torch.no_grad()
     def _init_weights(self, init: str, beta: float | None) -> None:

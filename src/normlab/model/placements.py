@@ -151,12 +151,6 @@ def placement_spec(spec: Mapping[str, Any] | str) -> dict[str, Any]:
     return {**PLACEMENTS[spec["name"]].config.defaults(), **spec}
 
 
-def normalises_stream(spec: Mapping[str, Any] | str, depth: int) -> bool:
-    """Whether some block of this placement normalises the residual stream itself (slot C, Post-LN's)."""
-    spec = placement_spec(spec)
-    return any(slots.after_add for slots in PLACEMENTS[spec["name"]].per_layer(depth, spec))
-
-
 def branch_formula(
     slots: Slots, norm_symbol: str, sublayer: str, residual_scale: float = 1.0, dual_stream: bool = False
 ) -> str:
