@@ -18,10 +18,10 @@ import signal
 from pathlib import Path
 
 from normlab import distributed
+from normlab.summary import SUMMARY_FILE
 from normlab.train import checkpoint
 from normlab.train.checkpoint import CHECKPOINT_DIR
 from normlab.train.signals import DEFAULT_REACTIONS, Reaction, StopRequest
-from normlab.train.summary import SUMMARY_FILE
 
 # set by submitit in every job it runs ("slurm" or "local")
 EXECUTOR_ENV = "SUBMITIT_EXECUTOR"

@@ -48,6 +48,7 @@ from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
+from normlab.summary import SUMMARY_FILE, RunSummary
 from normlab.train import checkpoint, diagnosis, flops, memory, outcome, step_time
 from normlab.train import resume as resumes
 from normlab.train.build import describe, device_label, pick_device, run_corpus
@@ -60,7 +61,6 @@ from normlab.train.resume import Decision, LeftAsItWas, ResumeRefused
 from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory, describe_steps
 from normlab.train.sample import generate
 from normlab.train.signals import StopRequest, exit_code
-from normlab.train.summary import SUMMARY_FILE, RunSummary
 
 log = logging.getLogger("normlab")
 
@@ -474,9 +474,10 @@ class Run:
     def _loop_fields(
         self, trainer: Trainer, result: LoopResult, previous: list[dict[str, Any]]
     ) -> dict[str, Any]:
+        losses = outcome.run_losses(previous, result.train_losses)
         numbers = outcome.after_training(
             previous,
-            result.train_losses,
+            losses,
             result.val_losses.values(),
             result.tokens_per_s,
             self.train.flush_every,
@@ -491,7 +492,6 @@ class Run:
             mfu=flops.mfu(numbers["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops),
             load_avg=outcome.load_average(),
         )
-        losses = outcome.finite_values(previous, names.LOSS) + list(result.train_losses)
         known = {
             "status": result.status,
             "baseline_unigram_loss": self.summary.baseline_unigram_loss,
