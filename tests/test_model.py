@@ -489,9 +489,9 @@ def test_each_placement_computes_its_papers_equations(placement):
 def test_mixln_post_blocks_are_the_floor_of_rho_times_depth():
     def post_blocks(depth, rho):
         slots = make("ln", {"name": "mixln", "post_fraction": rho}, n_layers=depth).layer_slots
-        assert all(s.after_add != s.before_sublayer for s in slots)  # each block Post-LN or Pre-LN
-        n = sum(s.after_add for s in slots)
-        assert all(s.after_add for s in slots[:n])  # the Post-LN blocks come first
+        assert all(s.norm_add != s.norm_in for s in slots)  # each block Post-LN or Pre-LN
+        n = sum(s.norm_add for s in slots)
+        assert all(s.norm_add for s in slots[:n])  # the Post-LN blocks come first
         return n
 
     # the authors' runs: 3 of 12 and 6 of 24 blocks at ρ = 0.25; ⌊0.3·10⌋ = 3 despite 0.3·10 < 3 in floats
@@ -500,7 +500,7 @@ def test_mixln_post_blocks_are_the_floor_of_rho_times_depth():
 
 
 def test_deepnorm_composes_with_another_norm():
-    # norm=deepnorm norm.base=rms: RMSNorm in slot C with RMSNorm's own eps, the residual × α = (2·8)^¼ = 2, and
+    # norm=deepnorm norm.base=rms: RMSNorm in norm_add with RMSNorm's own eps, the residual × α = (2·8)^¼ = 2, and
     # the paper's Xavier-normal init with gain β (the v rows of a d = 256, N = 8 model: std 0.0220971)
     torch.manual_seed(0)
     model = make({"name": "deepnorm", "base": "rms"}, "post", n_layers=8, d_model=256)

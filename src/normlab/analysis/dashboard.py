@@ -312,7 +312,7 @@ def _config_value(rs: RunSet, key: str) -> str | None:
 # ------------------------------------------------------------------------------------------ command line
 
 
-def describe(d: Dashboard) -> str:
+def dashboard_text(d: Dashboard) -> str:
     lines = [
         f"W&B workspace '{d.name}' for project {d.project}, group {d.group}, one line per {', '.join(d.group_by) or 'run'}:"
     ]
@@ -366,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}; pass a sweep directory (outputs/sweeps/DATE/TIME_NAME).", file=sys.stderr)
         return 2
     dash.workspace()  # the library checks the spec (panel types, keys) without the network
-    print(describe(dash))
+    print(dashboard_text(dash))
     if not dash.figures:
         print(
             f"no figures under {args.report or Path(args.sweep) / 'report'}: run python scripts/compare.py first to include them"

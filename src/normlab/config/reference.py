@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from normlab.config.groups import GROUPS, Option, RootConfig
 from normlab.config.help import where
-from normlab.knobs import describe, shown
+from normlab.knobs import shown, what_it_takes
 from normlab.model.norms import NORMS, norm_symbol, qk_norms
 from normlab.model.placements import PLACEMENTS
 from normlab.model.variant import layers_formula
@@ -55,7 +55,7 @@ def _takes(f: dataclasses.Field, annotation: object) -> str:
     copied = default[2:-1] if isinstance(default, str) and default.startswith("${") else None
     if copied in GROUPS:  # a copy of a whole group (model.norm: ${norm})
         return f"the `{copied}` group: set by `{copied}=NAME` and `{copied}.*`"
-    return _cell(describe(annotation, f.metadata["rule"]))
+    return _cell(what_it_takes(annotation, f.metadata["rule"]))
 
 
 def _default(f: dataclasses.Field) -> object:

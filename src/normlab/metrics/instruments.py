@@ -90,7 +90,7 @@ class InstrumentConfig(Knobs):
 
 def wants_model_update(setting: bool | str, normalises_stream: bool) -> bool:
     """metrics.model_update: true, false, or auto: runs where some block normalises the residual stream
-    itself (the model says: `GPT.normalises_stream()`; Post-LN's slot C: post, and so DeepNorm, mixln's
+    itself (the model says: `GPT.normalises_stream()`; Post-LN's norm_add: post, and so DeepNorm, mixln's
     first blocks, resi_dual's Post-LN stream), the early updates DeepNet studies."""
     if setting == "auto":
         return normalises_stream

@@ -142,9 +142,9 @@ class ResidualBranch(nn.Module):
         def slot(filled: bool) -> nn.Module:
             return build_norm(d_model, norm, context_length) if filled else nn.Identity()
 
-        self.norm_in = slot(slots.before_sublayer)
-        self.norm_out = slot(slots.after_sublayer)
-        self.norm_add = slot(slots.after_add)
+        self.norm_in = slot(slots.norm_in)
+        self.norm_out = slot(slots.norm_out)
+        self.norm_add = slot(slots.norm_add)
         self.input_scale = slots.input_scale
         self.alpha = alpha
         self.dual_stream = dual_stream
@@ -300,9 +300,9 @@ class GPT(nn.Module):
         self._init_weights(init, beta)
 
     def normalises_stream(self, block: int | None = None) -> bool:
-        """Whether block `block` (None: some block) normalises the residual stream itself (Post-LN's slot C)."""
+        """Whether block `block` (None: some block) normalises the residual stream itself (Post-LN's norm_add)."""
         slots = self.layer_slots if block is None else [self.layer_slots[block]]
-        return any(s.after_add for s in slots)
+        return any(s.norm_add for s in slots)
 
     def formula(self) -> str:
         """What the blocks compute, as `block_formula` writes it (e.g. `x ← x + Attn(LN(x)); x ← x + FFN(LN(x))`),
@@ -397,9 +397,9 @@ class GPT(nn.Module):
         module with `removes_batch_shift`) removes a vector added to every sequence of the batch, wherever
         it is normalised before anything else reads it. Followed block by block, per layer (placements
         may differ by layer): the learned position embedding, when every branch reads the stream through
-        slot A until a slot C or the head's final norm normalises it (pre, double); the biases that end
-        each sublayer (FeedForward's and CausalSelfAttention's `output_shift_biases`), when slot B, or the
-        stream after the branch, removes them; slot B's and slot C's own biases likewise; with ResiDual,
+        norm_in until a norm_add or the head's final norm normalises it (pre, double); the biases that end
+        each sublayer (FeedForward's and CausalSelfAttention's `output_shift_biases`), when norm_out, or the
+        stream after the branch, removes them; norm_out's and norm_add's own biases likewise; with ResiDual,
         what also enters the second stream d must be removed by the head's N(d). The true gradient of
         these is zero and autograd returns float rounding (~1e-9), which Adam's per-coordinate
         normalisation would turn into steps of about the learning rate in random directions: a walk the

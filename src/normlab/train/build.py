@@ -70,7 +70,7 @@ def cancelled_names(model: torch.nn.Module) -> str:
     return ", ".join(names)
 
 
-def describe(model: torch.nn.Module, cfg: Mapping[str, Any]) -> str:
+def log_model(model: torch.nn.Module, cfg: Mapping[str, Any]) -> str:
     """Log the block's formula, the parameter count and the objective (and what the norm cancels); returns
     the formula."""
     formula = model.formula()

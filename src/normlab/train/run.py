@@ -51,7 +51,7 @@ from normlab.metrics.wandb_sink import WandbSink
 from normlab.summary import SUMMARY_FILE, RunSummary
 from normlab.train import checkpoint, diagnosis, flops, memory, outcome, step_time
 from normlab.train import resume as resumes
-from normlab.train.build import describe, device_label, pick_device, run_corpus
+from normlab.train.build import device_label, log_model, pick_device, run_corpus
 from normlab.train.callbacks import Callback, Checkpoints, LoopResult
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import Trainer
@@ -307,7 +307,7 @@ class Run:
         self.experiment = resumes.experiment_record(cfg, corpus.cache_dir)
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
         self.summary.update(
-            formula=describe(model, cfg),
+            formula=log_model(model, cfg),
             n_params=model.n_params(),
             world_size=self.dist.world_size,
             global_batch_size=self.train.batch_size * self.train.grad_accum * self.dist.world_size,
