@@ -33,7 +33,8 @@ def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """The largest q·k/√d_head over batch, heads and causal pairs (key ≤ query), in float32.
 
     One batched matmul that adds the causal mask as it writes the scores (baddbmm with −inf above the
-    diagonal): a third of the time of scores, then a masked copy, then the max.
+    diagonal), faster than scores, then a masked copy, then the max (docs/performance.md, "The
+    attention-logit measurement").
     """
     t, d = q.shape[-2:]
     mask = torch.full((1, t, t), float("-inf"), dtype=q.dtype, device=q.device).triu_(1)

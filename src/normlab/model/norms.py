@@ -154,8 +154,8 @@ class ScaleNormConfig(NormConfig):
 class _RMSNormCPU(torch.autograd.Function):
     """RMSNorm in float32 with few passes over memory, for the CPU, where torch has no fused backward.
 
-    Autograd through F.rms_norm on the CPU differentiates its pow / mean / rsqrt / mul ops one by one: about
-    6x LayerNorm's fused kernels, forward plus backward. Here the forward is one fused reduction
+    Autograd through F.rms_norm on the CPU differentiates its pow / mean / rsqrt / mul ops one by one, several
+    times LayerNorm's fused kernels, forward plus backward (docs/performance.md, "RMSNorm"). Here the forward is one fused reduction
     (vector_norm) and two multiplies (torch's own `_fused_rms_norm` forward measured slower on the CPU),
     and the backward reuses LayerNorm's fused backward kernel with a zero mean: for xhat = x·rstd and g' = g·w that
     kernel returns rstd·(g' − mean(g') − xhat·mean(g'·xhat)) and Σ g·xhat, i.e. RMSNorm's gradients except

@@ -1,4 +1,4 @@
-"""Cluster launchers (Hydra's submitit launcher, `hydra/launcher=slurm`): preemption and requeueing.
+"""A cluster job's preemption and requeueing (Hydra's submitit launcher, `hydra/launcher=slurm`).
 
 SLURM warns a job `signal_delay_s` seconds before its time limit (or before preempting it) with the
 signal submitit asked for — SIGUSR2 unless SUBMITIT_PREEMPT_SIGNAL says otherwise — and submitit's own
