@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -59,6 +60,18 @@ class ForwardTaps(NamedTuple):
 
 ALL = slice(None)  # every row of a parameter
 
+# The role of a module's parameters in a block, declared where the module is built (not read from attribute
+# names): a norm's gain and bias, attention, the feed-forward. Per-part gradient norms group by it
+# (`GPT.parameter_parts`); a module without one takes its parent's.
+ROLE = "normlab_role"
+NORM, ATTN, FFN = "norm", "attn", "ffn"
+
+
+def declare(module: nn.Module, role: str) -> nn.Module:
+    """`module`, its parameters declared as `role` (NORM, ATTN or FFN)."""
+    setattr(module, ROLE, role)
+    return module
+
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention. `qk_norm` (none, or a norm of NORMS that acts on one vector at a
@@ -72,6 +85,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool, qk_norm: str = "none") -> None:
         super().__init__()
         check_heads(d_model, n_heads)
+        declare(self, ATTN)
         self.n_heads = n_heads
         self.qkv = Linear(d_model, 3 * d_model, bias=bias)
         self.out = Linear(d_model, d_model, bias=bias)
@@ -109,6 +123,7 @@ class CausalSelfAttention(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, mult: int, bias: bool) -> None:
         super().__init__()
+        declare(self, FFN)
         self.up = Linear(d_model, mult * d_model, bias=bias)
         self.down = Linear(mult * d_model, d_model, bias=bias)
 
@@ -141,7 +156,7 @@ class ResidualBranch(nn.Module):
         self.sublayer = sublayer
 
         def slot(filled: bool) -> nn.Module:
-            return build_norm(d_model, norm, context_length) if filled else nn.Identity()
+            return declare(build_norm(d_model, norm, context_length), NORM) if filled else nn.Identity()
 
         self.norm_in = slot(slots.norm_in)
         self.norm_out = slot(slots.norm_out)
@@ -161,42 +176,56 @@ class ResidualBranch(nn.Module):
         return (out, d + h) if self.dual_stream else out
 
 
+@dataclass(frozen=True)
+class BlockParts:
+    """What one block is built from, by name: its width, heads, norm spec and slots, residual scale α,
+    dropout, biases, FFN width, context and qk-norm, and whether a second stream runs beside x. A block
+    class takes it whole (`Block(parts)`), so a placement with a block of its own (BLOCKS) is built from
+    these parts and the helpers below, never from positional arguments."""
+
+    d_model: int
+    n_heads: int
+    norm: Mapping[str, Any]
+    slots: Slots
+    alpha: float
+    dropout: float
+    bias: bool
+    ffn_mult: int
+    context_length: int
+    qk_norm: str = "none"
+    dual_stream: bool = False
+
+    def norm_of(self, branch: str) -> nn.Module:
+        """A norm of this block's kind for `branch` (attn or ffn: DyT's α per branch), declared NORM."""
+        return declare(build_norm(self.d_model, slot_spec(self.norm, branch), self.context_length), NORM)
+
+    def attention(self) -> CausalSelfAttention:
+        return CausalSelfAttention(self.d_model, self.n_heads, self.dropout, self.bias, self.qk_norm)
+
+    def feed_forward(self) -> FeedForward:
+        return FeedForward(self.d_model, self.ffn_mult, self.bias)
+
+    def branch(self, sublayer: nn.Module, kind: str) -> ResidualBranch:
+        """`sublayer` in a residual branch with this block's slots (kind: attn or ffn)."""
+        return ResidualBranch(
+            sublayer,
+            self.d_model,
+            slot_spec(self.norm, kind),
+            self.slots,
+            self.alpha,
+            self.dropout,
+            self.context_length,
+            self.dual_stream,
+        )
+
+
 class Block(nn.Module):
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        norm: Mapping[str, Any],
-        slots: Slots,
-        alpha: float,
-        dropout: float,
-        bias: bool,
-        ffn_mult: int,
-        context_length: int,
-        qk_norm: str = "none",
-        dual_stream: bool = False,
-    ) -> None:
+    """The block of every slot placement: an attention branch, then a feed-forward branch."""
+
+    def __init__(self, parts: BlockParts) -> None:
         super().__init__()
-        self.attn = ResidualBranch(
-            CausalSelfAttention(d_model, n_heads, dropout, bias, qk_norm),
-            d_model,
-            slot_spec(norm, "attn"),
-            slots,
-            alpha,
-            dropout,
-            context_length,
-            dual_stream,
-        )
-        self.ffn = ResidualBranch(
-            FeedForward(d_model, ffn_mult, bias),
-            d_model,
-            slot_spec(norm, "ffn"),
-            slots,
-            alpha,
-            dropout,
-            context_length,
-            dual_stream,
-        )
+        self.attn = parts.branch(parts.attention(), "attn")
+        self.ffn = parts.branch(parts.feed_forward(), "ffn")
 
     def forward(self, stream: Stream, taps: list[torch.Tensor] | None = None) -> Stream:
         return self.ffn(self.attn(stream, taps), taps)
@@ -276,19 +305,22 @@ class GPT(nn.Module):
             self.pos_emb = None
         self.drop = nn.Dropout(dropout)
         alpha = self.residual_scale
+        block = BLOCKS.get(placement["name"], Block)  # a placement with a block of its own, else Block
         self.blocks = nn.ModuleList(
-            Block(
-                d_model,
-                n_heads,
-                norm,
-                slots,
-                alpha,
-                dropout,
-                bias,
-                ffn_mult,
-                context_length,
-                qk_norm,
-                where.dual_stream,
+            block(
+                BlockParts(
+                    d_model,
+                    n_heads,
+                    norm,
+                    slots,
+                    alpha,
+                    dropout,
+                    bias,
+                    ffn_mult,
+                    context_length,
+                    qk_norm,
+                    where.dual_stream,
+                )
             )
             for slots in self.layer_slots
         )
@@ -440,9 +472,27 @@ class GPT(nn.Module):
         names = {id(p): name for name, p in self.named_parameters()}
         return [(names[id(p)], p, rows) for p, rows in found]
 
+    def parameter_parts(self) -> dict[str, tuple[int, str]]:
+        """Each block parameter's (block index, role), by its name in `named_parameters`: the role declared on
+        the innermost module that has one (`declare`), so a norm anywhere in a block counts as NORM."""
+        parts: dict[str, tuple[int, str]] = {}
+        for i, block in enumerate(self.blocks):
+            for path, module in block.named_modules():  # parents before children: the innermost wins
+                role = getattr(module, ROLE, None)
+                if role is None:
+                    continue
+                prefix = f"blocks.{i}.{path}." if path else f"blocks.{i}."
+                for name, _ in module.named_parameters():
+                    parts[prefix + name] = (i, role)
+        return parts
+
     def n_params(self) -> int:
         """Trainable parameters, the tied head counted once."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+# placements whose blocks are not slot choices: name → the block class, built from BlockParts
+BLOCKS: dict[str, type[nn.Module]] = {}
 
 
 def _removes_shift(norm: nn.Module) -> bool:
