@@ -124,7 +124,10 @@ def placements_table() -> str:
     ]
     for name, placement in PLACEMENTS.items():
         formula = layers_formula(
-            placement.per_layer(TABLE_DEPTH, name), "N", dual_stream=placement.dual_stream
+            placement.per_layer(TABLE_DEPTH, name),
+            "N",
+            dual_stream=placement.dual_stream,
+            sublayer=placement.sublayer,
         )
         runs = "<br>".join(f"`{run}`" for run in formula.split(" | "))  # one line per run of equal blocks
         final = "yes" if placement.final_norm else "no"

@@ -82,12 +82,22 @@ class CausalSelfAttention(nn.Module):
     OLMo-core's default (OLMo 2) normalises the whole d_model-wide projection instead, before splitting it
     into heads."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool, qk_norm: str = "none") -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        bias: bool,
+        qk_norm: str = "none",
+        pre_output: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         check_heads(d_model, n_heads)
         declare(self, ATTN)
         self.n_heads = n_heads
         self.qkv = Linear(d_model, 3 * d_model, bias=bias)
+        # what the heads' output passes through before the output projection (Sub-LN: a norm)
+        self.pre_output = pre_output if pre_output is not None else nn.Identity()
         self.out = Linear(d_model, d_model, bias=bias)
         self.q_norm = build_qk_norm(qk_norm, d_model // n_heads)
         self.k_norm = build_qk_norm(qk_norm, d_model // n_heads)
@@ -107,33 +117,49 @@ class CausalSelfAttention(nn.Module):
         if taps is not None:
             taps.append(max_causal_logit(q, k))
         y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
+        return self.out(self.pre_output(y.transpose(1, 2).reshape(b, t, d)))
 
     def output_shift_biases(self) -> list[tuple[nn.Parameter, slice]]:
         """The biases (parameter, rows) whose only effect is one vector added to every output: the values'
         third of the qkv bias (each query's attention weights sum to 1, without dropout) and the output bias."""
         d = self.out.in_features
+        values = [] if _removes_shift(self.pre_output) else [(self.qkv.bias, slice(2 * d, 3 * d))]
         return [
             (b, rows)
-            for b, rows in ((self.qkv.bias, slice(2 * d, 3 * d)), (self.out.bias, ALL))
+            for b, rows in (*values, *_bias_rows(self.pre_output), (self.out.bias, ALL))
             if b is not None
         ]
 
+    def cancelled_inside(self) -> list[tuple[nn.Parameter, slice]]:
+        """The biases a norm inside the sublayer subtracts whatever follows: the values' third of the qkv bias
+        where `pre_output` removes a batch shift."""
+        d = self.out.in_features
+        removed = _removes_shift(self.pre_output) and self.qkv.bias is not None
+        return [(self.qkv.bias, slice(2 * d, 3 * d))] if removed else []
+
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, mult: int, bias: bool) -> None:
+    def __init__(self, d_model: int, mult: int, bias: bool, pre_output: nn.Module | None = None) -> None:
         super().__init__()
         declare(self, FFN)
         self.up = Linear(d_model, mult * d_model, bias=bias)
+        # what the hidden activations pass through before the down projection (Sub-LN: a norm)
+        self.pre_output = pre_output if pre_output is not None else nn.Identity()
         self.down = Linear(mult * d_model, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor, taps: list[torch.Tensor] | None = None) -> torch.Tensor:
         """`taps` is accepted as every sublayer accepts it; the feed-forward measures nothing."""
-        return self.down(F.gelu(self.up(x)))
+        return self.down(self.pre_output(F.gelu(self.up(x))))
 
     def output_shift_biases(self) -> list[tuple[nn.Parameter, slice]]:
         """The biases (parameter, rows) whose only effect is one vector added to every output."""
-        return [(self.down.bias, ALL)] if self.down.bias is not None else []
+        return [
+            (b, rows) for b, rows in (*_bias_rows(self.pre_output), (self.down.bias, ALL)) if b is not None
+        ]
+
+    def cancelled_inside(self) -> list[tuple[nn.Parameter, slice]]:
+        """Nothing: the GELU before `pre_output` is not linear in the up projection's bias."""
+        return []
 
 
 class ResidualBranch(nn.Module):
@@ -199,11 +225,13 @@ class BlockParts:
         """A norm of this block's kind for `branch` (attn or ffn: DyT's α per branch), declared NORM."""
         return declare(build_norm(self.d_model, slot_spec(self.norm, branch), self.context_length), NORM)
 
-    def attention(self) -> CausalSelfAttention:
-        return CausalSelfAttention(self.d_model, self.n_heads, self.dropout, self.bias, self.qk_norm)
+    def attention(self, pre_output: nn.Module | None = None) -> CausalSelfAttention:
+        return CausalSelfAttention(
+            self.d_model, self.n_heads, self.dropout, self.bias, self.qk_norm, pre_output
+        )
 
-    def feed_forward(self) -> FeedForward:
-        return FeedForward(self.d_model, self.ffn_mult, self.bias)
+    def feed_forward(self, pre_output: nn.Module | None = None) -> FeedForward:
+        return FeedForward(self.d_model, self.ffn_mult, self.bias, pre_output)
 
     def branch(self, sublayer: nn.Module, kind: str) -> ResidualBranch:
         """`sublayer` in a residual branch with this block's slots (kind: attn or ffn)."""
@@ -341,8 +369,9 @@ class GPT(nn.Module):
         """What the blocks compute, as `block_formula` writes it (e.g. `x ← x + Attn(LN(x)); x ← x + FFN(LN(x))`),
         from the slots this model was built with."""
         qk = norm_symbol(self.qk_norm) if self.qk_norm != "none" else ""
+        sublayer = PLACEMENTS[self.placement].sublayer
         return layers_formula(
-            self.layer_slots, norm_symbol(self.norm_spec), self.residual_scale, self.dual_stream, qk
+            self.layer_slots, norm_symbol(self.norm_spec), self.residual_scale, self.dual_stream, qk, sublayer
         )
 
     @torch.no_grad()
@@ -460,6 +489,7 @@ class GPT(nn.Module):
         if self.pos_emb is not None and stream_removed(0) and into_d_removed:
             found.append((self.pos_emb, ALL))
         for k, branch in enumerate(branches):
+            found += branch.sublayer.cancelled_inside()
             after = stream_removed(k + 1)
             # a vector added to the branch output h: in x's sum at this branch and, with ResiDual, in d
             h_removed = (_removes_shift(branch.norm_add) or after) and into_d_removed
@@ -497,6 +527,12 @@ BLOCKS: dict[str, type[nn.Module]] = {}
 
 def _removes_shift(norm: nn.Module) -> bool:
     return bool(getattr(norm, "removes_batch_shift", False))
+
+
+def _bias_rows(module: nn.Module) -> list[tuple[nn.Parameter | None, slice]]:
+    """A module's own bias, if it has one, as (parameter, rows)."""
+    bias = getattr(module, "bias", None)
+    return [(bias, ALL)] if isinstance(bias, nn.Parameter) else []
 
 
 def _norm_bias(norm: nn.Module) -> list[tuple[nn.Parameter, slice]]:

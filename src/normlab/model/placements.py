@@ -60,6 +60,12 @@ DOUBLE = Slots(norm_in=True, norm_out=True, norm_add=False)
 REORDERED = Slots(norm_in=False, norm_out=True, norm_add=False)
 
 LayerSlots = Callable[[int, int, Mapping[str, Any]], Slots]  # (block index from 0, depth, group) -> Slots
+# a sublayer in a formula: (its name, its input, the norm's symbol) -> text; `Attn(x)` for a plain one
+SublayerText = Callable[[str, str, str], str]
+
+
+def plain_sublayer(name: str, arg: str, norm_symbol: str) -> str:
+    return f"{name}({arg})"
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ class Placement:
     about: str
     dual_stream: bool = False
     config: type[PlacementConfig] = PlacementConfig
+    sublayer: SublayerText = plain_sublayer  # how a formula writes a sublayer (its block's own parts)
 
     def slots(self, index: int, depth: int, spec: Mapping[str, Any]) -> Slots:
         """The slots of block `index` (0 = closest to the embedding) in a stack of `depth` blocks."""
@@ -153,7 +160,12 @@ def placement_spec(spec: Mapping[str, Any] | str) -> dict[str, Any]:
 
 
 def branch_formula(
-    slots: Slots, norm_symbol: str, sublayer: str, residual_scale: float = 1.0, dual_stream: bool = False
+    slots: Slots,
+    norm_symbol: str,
+    sublayer: str,
+    residual_scale: float = 1.0,
+    dual_stream: bool = False,
+    sublayer_text: SublayerText = plain_sublayer,
 ) -> str:
     """The update of one residual branch as a formula, e.g. `x ← LN(2.21·x + Attn(x))`; with a second
     stream, `x, d ← LN(x + Attn(x)), d + Attn(x)`."""
@@ -165,7 +177,7 @@ def branch_formula(
     normed = n("x", slots.norm_in)
     if slots.input_scale != 1.0:
         normed = f"{slots.input_scale:.2f}·{normed}"
-    branch = n(f"{sublayer}({normed})", slots.norm_out)
+    branch = n(sublayer_text(sublayer, normed, norm_symbol), slots.norm_out)
     update = n(f"{skip} + {branch}", slots.norm_add)
     if dual_stream:
         return f"x, d ← {update}, d + {branch}"

@@ -6,7 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from normlab.model.norms import DEEPNORM_BASES, NORMS, norm_spec, norm_symbol, qk_norms
-from normlab.model.placements import PLACEMENTS, Slots, branch_formula, placement_spec
+from normlab.model.placements import (
+    PLACEMENTS,
+    Slots,
+    SublayerText,
+    branch_formula,
+    placement_spec,
+    plain_sublayer,
+)
 
 INITS = ("gpt2", "xavier")
 POSITIONS = ("learned", "sinusoidal")
@@ -80,17 +87,25 @@ def block_formula(norm: Spec, placement: Spec, n_layers: int, qk_norm: str = "no
         NORMS[_name(norm)].residual_scale(n_layers),
         where.dual_stream,
         norm_symbol(qk_norm) if qk_norm != "none" else "",
+        where.sublayer,
     )
 
 
 def layers_formula(
-    per_layer: list[Slots], symbol: str, alpha: float = 1.0, dual_stream: bool = False, qk_symbol: str = ""
+    per_layer: list[Slots],
+    symbol: str,
+    alpha: float = 1.0,
+    dual_stream: bool = False,
+    qk_symbol: str = "",
+    sublayer: SublayerText = plain_sublayer,
 ) -> str:
     """`block_formula` of given per-layer slots: `symbol` names the norm (`LN`; empty: none), `alpha` scales the
     skip path, `qk_symbol` names the norm of each head's queries and keys (empty: none)."""
     groups: list[tuple[list[int], str]] = []
     for i, slots in enumerate(per_layer):
-        text = "; ".join(branch_formula(slots, symbol, f, alpha, dual_stream) for f in ("Attn", "FFN"))
+        text = "; ".join(
+            branch_formula(slots, symbol, f, alpha, dual_stream, sublayer) for f in ("Attn", "FFN")
+        )
         if groups and groups[-1][1] == text:
             groups[-1][0].append(i)
         else:
