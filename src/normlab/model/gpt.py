@@ -221,9 +221,11 @@ class BlockParts:
     qk_norm: str = "none"
     dual_stream: bool = False
 
-    def norm_of(self, branch: str) -> nn.Module:
-        """A norm of this block's kind for `branch` (attn or ffn: DyT's α per branch), declared NORM."""
-        return declare(build_norm(self.d_model, slot_spec(self.norm, branch), self.context_length), NORM)
+    def norm_of(self, branch: str, width: int | None = None) -> nn.Module:
+        """A norm of this block's kind for `branch` (attn or ffn: DyT's α per branch) over vectors of `width`
+        (None: d_model; a norm inside the feed-forward: its hidden width), declared NORM."""
+        spec = slot_spec(self.norm, branch)
+        return declare(build_norm(width or self.d_model, spec, self.context_length), NORM)
 
     def attention(self, pre_output: nn.Module | None = None) -> CausalSelfAttention:
         return CausalSelfAttention(
