@@ -12,13 +12,24 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "normlab"
 ALLOWED = {
     "model": {"knobs"},
     "data": {"errors", "io", "knobs"},
-    "metrics": {"model", "io", "knobs", "train.summary"},
+    "metrics": {"model", "io", "knobs", "summary"},
     # the groups' options: their dataclasses live with the code they configure, below
     "config": {"model", "data", "metrics", "errors", "knobs", "configs"},
-    "train": {"model", "data", "metrics", "config", "distributed", "commands", "errors", "io", "knobs"},
+    "train": {
+        "model",
+        "data",
+        "metrics",
+        "config",
+        "distributed",
+        "commands",
+        "errors",
+        "io",
+        "knobs",
+        "summary",
+    },
     # analysis only reads run directories: metric names and summary.json's definition, atomic writes
     # and the rules that name why a run failed (pure functions, no torch: train.diagnosis and its schedule)
-    "analysis": {"metrics", "train.summary", "train.diagnosis", "train.schedule", "errors", "io"},
+    "analysis": {"metrics", "summary", "train.diagnosis", "train.schedule", "errors", "io"},
     "bench": {"model", "data", "metrics", "train", "config", "configs", "errors", "io"},
     # the study layer reads runs through analysis and measures with bench (finding 5's norm profiler)
     "study": {
@@ -27,7 +38,7 @@ ALLOWED = {
         "model",
         "data",
         "metrics",
-        "train.summary",
+        "summary",
         "train.diagnosis",
         "train.schedule",
         "config",
@@ -37,12 +48,28 @@ ALLOWED = {
     },
 }
 # modules of the bottom layer: what each may import from normlab
-BOTTOM = {"knobs.py": {"errors"}, "errors.py": set(), "io.py": set()}
+BOTTOM = {
+    "knobs.py": {"errors"},
+    "errors.py": set(),
+    "io.py": set(),
+    "summary.py": {"io"},
+    "commands.py": set(),
+    "distributed.py": set(),
+    "sweep_progress.py": set(),  # a Hydra callback every job loads: nothing of normlab
+}
+# the top-level modules above the packages: what each may import (None: anything, the entry points)
+TOP: dict[str, set[str] | None] = {
+    "__init__.py": set(),
+    "suggest.py": {"config"},
+    "requeue.py": {"distributed", "summary", "train"},
+    "cli.py": None,
+    "__main__.py": None,
+}
 EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def imported(path: Path) -> set[str]:
-    """normlab modules a file imports, as 'train' or 'train.summary' (module level and inside functions)."""
+    """normlab modules a file imports, as 'train' or 'train.diagnosis' (module level and inside functions)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = []
@@ -75,6 +102,36 @@ def test_package_imports_only_lower_layers(package):
 def test_bottom_modules_import_only_the_bottom(module):
     wrong = [m for m in imported(SRC / module) if m.split(".")[0] not in BOTTOM[module]]
     assert not wrong, f"{module} imports {wrong}"
+
+
+@pytest.mark.parametrize("module", sorted(TOP))
+def test_top_level_modules_import_only_what_the_table_allows(module):
+    allowed = TOP[module]
+    wrong = [] if allowed is None else [m for m in imported(SRC / module) if m.split(".")[0] not in allowed]
+    assert not wrong, f"{module} imports {wrong}"
+
+
+def test_every_top_level_module_and_package_is_in_the_table():
+    """A module or package added at the top of normlab must say where it sits (ARCHITECTURE.md)."""
+    modules = {p.name for p in SRC.glob("*.py")}
+    assert modules == set(BOTTOM) | set(TOP), modules ^ (set(BOTTOM) | set(TOP))
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
+    # configs: YAML only; sweeps: the launchers, allowed everything as the entry points are
+    assert packages == set(ALLOWED) | {"configs", "sweeps"}, packages ^ (set(ALLOWED) | {"configs", "sweeps"})
+
+
+def test_the_table_has_no_circle():
+    """0 circles: what a package may import never reaches back to it."""
+    graph = {name: {m.split(".")[0] for m in allowed} for name, allowed in ALLOWED.items()}
+    graph.update({m.removesuffix(".py"): allowed for m, allowed in BOTTOM.items()})
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, set()):
+            if nxt == target or (nxt not in seen and reaches(nxt, target, seen | {nxt})):
+                return True
+        return False
+
+    assert not [name for name in graph if reaches(name, name, {name})]
 
 
 def test_nothing_reads_configs_yaml_at_build_time():

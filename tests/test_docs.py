@@ -193,6 +193,22 @@ def test_the_config_reference_is_generated_from_the_dataclasses() -> None:
         assert key in render(), key
 
 
+def test_the_tables_of_norms_and_placements_are_generated_from_the_registries() -> None:
+    """README.md's and docs/model.md's tables of norms and placements are what `python
+    scripts/config_reference.py` writes from NORMS and PLACEMENTS: a norm or placement added without
+    regenerating them fails here."""
+    from normlab.config.reference import TABLES, render_tables
+    from normlab.model import NORMS, PLACEMENTS
+
+    for page in TABLES:
+        text = (ROOT / page).read_text()
+        assert text == render_tables(page, text), f"{page}: run python scripts/config_reference.py"
+    model_page = (ROOT / "docs/model.md").read_text()
+    assert all(f"| `{name}` |" in model_page for name in [*NORMS, *PLACEMENTS])
+    with pytest.raises(ValueError, match="no region"):
+        render_tables("README.md", "a page without its markers")
+
+
 ABSOLUTE = re.compile(r"(?<![\w.~$-])/(?:work|home|root|tmp|Users|mnt|private|var/folders)/[\w.-]")
 
 

@@ -19,6 +19,8 @@ from normlab.config.compose import compose_config
 from normlab.config.groups import Option, RootConfig, TrainConfig
 from normlab.config.help import preset_about, render_knobs
 from normlab.knobs import knob
+from normlab.model import NORMS, PLACEMENTS
+from normlab.model.norms import RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -47,8 +49,8 @@ def help_text() -> str:
 
 def test_help_lists_groups_and_presets(help_text):
     assert "== Config groups (GROUP=OPTION) ==" in help_text
-    assert "norm: bn, deepnorm, dyt, dyt_llama, ln, none, rms, scalenorm" in help_text
-    assert "placement: double, lnscale, mixln, post, pre, reordered, resi_dual" in help_text
+    assert f"norm: {', '.join(sorted([*NORMS, *RECIPES]))}" in help_text  # every norm and recipe, sorted
+    assert f"placement: {', '.join(sorted(PLACEMENTS))}" in help_text
     assert "model: base, small, tiny" in help_text
     presets = help_text.split("== Presets")[1].split("== Flags")[0]
     for path in sorted((CONFIGS / "experiment" / "findings").glob("[!_]*.yaml")):  # _*.yaml: shared bases

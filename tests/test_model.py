@@ -15,7 +15,7 @@ from normlab.model import (
     block_formula,
     check_variant,
 )
-from normlab.model.norms import RMSNorm
+from normlab.model.norms import DEEPNORM_BASES, RMSNorm, qk_norms
 
 VALID = [(n, p) for n in NORMS for p in PLACEMENTS if NORMS[n].placements is None or p in NORMS[n].placements]
 INVALID = [(n, p) for n in NORMS for p in PLACEMENTS if (n, p) not in VALID]
@@ -28,12 +28,18 @@ def make(norm="ln", placement="pre", n_layers=2, d_model=32, **kw):
     return GPT(d_model=d_model, n_heads=4, n_layers=n_layers, norm=norm, placement=placement, **kw)
 
 
-def test_forty_three_valid_and_six_invalid_combinations():
-    assert list(NORMS) == ["ln", "rms", "bn", "deepnorm", "none", "dyt", "scalenorm"]
-    assert list(PLACEMENTS) == ["pre", "post", "double", "reordered", "mixln", "lnscale", "resi_dual"]
-    assert len(VALID) == 43
-    # 7 norms × 7 placements; deepnorm is defined for post only
-    assert sorted(INVALID) == [("deepnorm", p) for p in sorted(PLACEMENTS) if p != "post"]
+def test_every_combination_is_valid_but_where_a_norm_restricts_its_placements():
+    """Computed from the registries and the one independent rule (DeepNet is Post-LN only): a new norm or
+    placement changes the counts without an edit here."""
+    assert set(NORMS) >= {"ln", "rms", "bn", "deepnorm", "none", "dyt", "scalenorm"}
+    assert set(PLACEMENTS) >= {"pre", "post", "double", "reordered", "mixln", "lnscale", "resi_dual"}
+    restricted = {n: kind.placements for n, kind in NORMS.items() if kind.placements is not None}
+    assert restricted["deepnorm"] == ("post",)
+    expected_invalid = {(n, p) for n, allowed in restricted.items() for p in PLACEMENTS if p not in allowed}
+    assert set(INVALID) == expected_invalid
+    assert len(VALID) == len(NORMS) * len(PLACEMENTS) - len(expected_invalid)
+    for norm, placement in VALID:
+        check_variant(norm, placement)  # raises nothing
 
 
 @pytest.mark.parametrize(("norm", "placement"), INVALID)
@@ -45,17 +51,19 @@ def test_invalid_combination_names_the_valid_choice(norm, placement):
 
 
 def test_unknown_names_list_the_choices():
-    with pytest.raises(InvalidVariant, match="ln, rms, bn, deepnorm, none, dyt, scalenorm"):
+    with pytest.raises(InvalidVariant, match=", ".join(NORMS)):
         check_variant("layernorm", "pre")
-    with pytest.raises(InvalidVariant, match="pre, post, double, reordered, mixln, lnscale, resi_dual"):
+    with pytest.raises(InvalidVariant, match=", ".join(PLACEMENTS)):
         check_variant("ln", "sandwich")
     with pytest.raises(InvalidVariant, match="gpt2, xavier"):
         make(init="kaiming")
-    with pytest.raises(InvalidVariant, match="none, ln, rms, dyt, scalenorm"):
+    assert "bn" not in qk_norms() and "deepnorm" not in qk_norms()  # not norms of one vector
+    with pytest.raises(InvalidVariant, match=", ".join(qk_norms())):
         make(qk_norm="l2")
-    with pytest.raises(InvalidVariant, match="none, ln, rms, dyt, scalenorm"):
+    with pytest.raises(InvalidVariant, match=", ".join(qk_norms())):
         make(qk_norm="bn")  # batch statistics: not a norm of one head's query
-    with pytest.raises(InvalidVariant, match="ln, rms, bn, dyt, scalenorm"):
+    assert "none" not in DEEPNORM_BASES and "deepnorm" not in DEEPNORM_BASES
+    with pytest.raises(InvalidVariant, match=", ".join(DEEPNORM_BASES)):
         make({"name": "deepnorm", "base": "none"}, "post")
 
 
@@ -79,6 +87,14 @@ def test_block_formulas():
     )
 
 
+@pytest.mark.parametrize(("norm", "placement"), VALID)
+def test_the_model_states_the_formula_it_was_built_with(norm, placement):
+    """GPT.formula() reads the model's own per-layer slots; it writes what block_formula (checked by hand above)
+    writes from the config, at a depth where mixln and lnscale vary by block."""
+    model = make(norm, placement, n_layers=4, qk_norm="rms")
+    assert model.formula() == block_formula(norm, placement, 4, qk_norm="rms")
+
+
 def test_block_formulas_of_the_new_placements_per_layer_where_they_vary():
     assert block_formula("rms", "reordered", 4) == "x ← x + RMS(Attn(x)); x ← x + RMS(FFN(x))"
     # Mix-LN, ρ = 0.25 of 8 blocks: the first 2 Post-LN, the other 6 Pre-LN
@@ -100,9 +116,13 @@ def test_block_formulas_of_the_new_placements_per_layer_where_they_vary():
 
 
 def test_final_norm_only_where_the_placement_has_one():
-    assert isinstance(make(placement="post").final_norm, nn.Identity)
-    for placement in ("pre", "double", "reordered", "mixln", "lnscale", "resi_dual"):
-        assert isinstance(make(placement=placement).final_norm, nn.LayerNorm), placement
+    assert not PLACEMENTS["post"].final_norm  # the original Transformer: none
+    assert all(
+        PLACEMENTS[p].final_norm for p in ("pre", "double", "reordered", "mixln", "lnscale", "resi_dual")
+    )
+    for placement, where in PLACEMENTS.items():
+        final = make(placement=placement).final_norm
+        assert isinstance(final, nn.LayerNorm if where.final_norm else nn.Identity), placement
 
 
 # DeepNet (Wang et al. 2022), Fig. 2, decoder-only with N layers: α = (2N)^¼, β = (8N)^-¼, worked out by
@@ -469,9 +489,9 @@ def test_each_placement_computes_its_papers_equations(placement):
 def test_mixln_post_blocks_are_the_floor_of_rho_times_depth():
     def post_blocks(depth, rho):
         slots = make("ln", {"name": "mixln", "post_fraction": rho}, n_layers=depth).layer_slots
-        assert all(s.after_add != s.before_sublayer for s in slots)  # each block Post-LN or Pre-LN
-        n = sum(s.after_add for s in slots)
-        assert all(s.after_add for s in slots[:n])  # the Post-LN blocks come first
+        assert all(s.norm_add != s.norm_in for s in slots)  # each block Post-LN or Pre-LN
+        n = sum(s.norm_add for s in slots)
+        assert all(s.norm_add for s in slots[:n])  # the Post-LN blocks come first
         return n
 
     # the authors' runs: 3 of 12 and 6 of 24 blocks at ρ = 0.25; ⌊0.3·10⌋ = 3 despite 0.3·10 < 3 in floats
@@ -480,13 +500,27 @@ def test_mixln_post_blocks_are_the_floor_of_rho_times_depth():
 
 
 def test_deepnorm_composes_with_another_norm():
-    # norm=deepnorm norm.base=rms: RMSNorm in slot C with deepnorm's eps, the residual × α = (2·8)^¼ = 2, and
+    # norm=deepnorm norm.base=rms: RMSNorm in norm_add with RMSNorm's own eps, the residual × α = (2·8)^¼ = 2, and
     # the paper's Xavier-normal init with gain β (the v rows of a d = 256, N = 8 model: std 0.0220971)
     torch.manual_seed(0)
     model = make({"name": "deepnorm", "base": "rms"}, "post", n_layers=8, d_model=256)
     branch = model.blocks[0].attn
-    assert isinstance(branch.norm_add, RMSNorm) and branch.norm_add.eps == 1e-5
+    assert isinstance(branch.norm_add, RMSNorm) and branch.norm_add.eps == 1e-6  # not LayerNorm's 1e-5
     assert branch.alpha == pytest.approx(2.0)
     v = branch.sublayer.qkv.weight.split(256)[2]
     assert v.std().item() == pytest.approx(DEEPNET_STDS[(8, 256)]["v"], rel=0.03)
     assert isinstance(make("deepnorm", "post").blocks[0].attn.norm_add, nn.LayerNorm)  # the paper's default
+
+
+@pytest.mark.parametrize(("base", "eps"), [("ln", 1e-5), ("rms", 1e-6), ("bn", 1e-5), ("scalenorm", 1e-5)])
+def test_deepnorm_takes_its_base_norms_own_defaults_unless_set(base, eps):
+    """A norm keeps its own defaults wherever it is used: `norm=deepnorm norm.base=B` has B's eps and bias as
+    `norm=B` has them (rms vs deepnorm base=rms then differ in the block only), and a set norm.eps wins."""
+    norm_add = make({"name": "deepnorm", "base": base}, "post").blocks[0].attn.norm_add
+    alone = make(base, "pre").blocks[0].attn.norm_in
+    assert norm_add.eps == eps == alone.eps
+    assert (getattr(norm_add, "bias", None) is None) == (getattr(alone, "bias", None) is None)
+    set_eps = make({"name": "deepnorm", "base": base, "eps": 1e-3}, "post").blocks[0].attn.norm_add
+    assert set_eps.eps == 1e-3
+    no_bias = make({"name": "deepnorm", "base": "ln", "bias": False}, "post").blocks[0].attn.norm_add
+    assert no_bias.bias is None

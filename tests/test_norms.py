@@ -202,6 +202,32 @@ def test_scalenorm_clamps_a_tiny_norm_at_eps_and_keeps_the_dtype():
     assert norm(torch.randn(2, 4, dtype=torch.bfloat16)).dtype == torch.bfloat16
 
 
+def test_scalenorm_and_batchnorm_keep_float64_as_rmsnorm_does():
+    """Computed in at least float32: float64 input is normalised in float64 (hand-written formulas in float64,
+    to 1e-12), float32 and bfloat16 in float32."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 16, dtype=torch.float64) * 3 + 1
+    scale = build_norm(16, {"name": "scalenorm"}, 8)
+    y = scale(x)
+    assert y.dtype == torch.float64
+    expected = 4.0 * x / x.norm(dim=-1, keepdim=True)  # g = √16
+    torch.testing.assert_close(y, expected, rtol=1e-12, atol=1e-12)
+    bn = build_norm(16, {"name": "bn"}, 8)
+    y = bn(x)
+    assert y.dtype == torch.float64
+    mean = x.mean(0)
+    var = ((x - mean) ** 2).mean(0)
+    torch.testing.assert_close(y, (x - mean) / torch.sqrt(var + 1e-5), rtol=1e-12, atol=1e-12)
+    bn.eval()  # the running statistics (float32 buffers) after one step of momentum 0.1, unbiased variance
+    torch.testing.assert_close(bn.running_mean[:3].double(), 0.1 * mean, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(bn.running_var[:3].double(), 0.9 + 0.1 * var * 4 / 3, rtol=1e-6, atol=1e-6)
+    running_mean, running_var = bn.running_mean[:3].double(), bn.running_var[:3].double()
+    expected = (x - running_mean) / torch.sqrt(running_var + 1e-5)
+    torch.testing.assert_close(bn(x), expected, rtol=1e-12, atol=1e-12)
+    rms = RMSNorm(16)
+    assert rms(x).dtype == torch.float64  # the precedent
+
+
 def test_dyt_alpha_per_slot_follows_the_authors_llama_recipe():
     """norm.alpha_attn / alpha_ffn / alpha_final set α at init in the attention branch's, the FFN branch's
     and the final norm (jiachenzhu/DyT other_tasks/LLaMA: 0.8 / 0.2 / 0.2 at 7B); unset, alpha_init."""

@@ -14,6 +14,7 @@ import torch
 from normlab.data import load_corpus
 from normlab.data.unigram import LEARNED_MARGIN, unigram_cross_entropy
 from normlab.metrics import names
+from normlab.summary import OUTCOME_FIELDS
 from normlab.train.run import Run
 
 
@@ -27,7 +28,7 @@ def test_summary_has_the_baseline_and_whether_the_run_learned(make_cfg, tmp_path
     assert summary["best_val_loss"] > (1 - LEARNED_MARGIN) * expected
     assert summary["spike_watch_start"] == 15
     for key in ("baseline_unigram_loss", "learned", "spike_watch_start", "started_at", "load_avg", "device"):
-        assert key in names.SUMMARY_FIELDS
+        assert key in OUTCOME_FIELDS
     # the context of its tokens/s: when it ran (with wall_time_s), the load, the device
     assert abs(summary["started_at"] - (time.time() - summary["wall_time_s"])) < 120
     assert summary["load_avg"] == pytest.approx(os.getloadavg()[0], abs=8)

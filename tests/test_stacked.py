@@ -13,7 +13,7 @@ rounding, which AdamW's per-coordinate normalisation turns into steps of about t
 same happens between two runs alone on different thread counts (GPT.norm_cancelled_parameters). The loss
 never sees those coordinates; the model update, an evaluation-mode output that reads BN's running means,
 does: within 1e-2 relative with BN. And BatchNorm needs a batch to normalise over: with 4 sequences its
-statistics are degenerate and amplify rounding chaotically (measured with `bn` in slot B, `reordered`: a
+statistics are degenerate and amplify rounding chaotically (measured with `bn` in norm_out, `reordered`: a
 loss spike at step 15 and one per-sublayer gradient norm 66 % apart, the losses 1e-4), so the runs here
 take 16 (measured then: ≤ 3e-6 for BN, as for the other norms).
 """

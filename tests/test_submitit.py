@@ -15,7 +15,7 @@ import pytest
 import torch
 from tiny_run import CORPUS, LOOP
 
-from normlab import launchers
+from normlab import requeue
 from normlab.train.signals import Reaction
 
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
@@ -93,7 +93,7 @@ def test_preempted_job_is_requeued_and_resumes_its_run(tmp_path, cache_dir):
     pids = task_pids(sweep_dir)
     assert pids, "the job's process was not found"
     for pid in pids:
-        os.kill(pid, launchers.submitit_preempt_signal())
+        os.kill(pid, requeue.submitit_preempt_signal())
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-4000:]
     summary = summaries(sweep_dir)["0_ln-pre-L2-w2-s0"]
@@ -155,29 +155,29 @@ def training(sweep_dir: Path) -> list[Path]:
 
 
 def test_preemption_signal_is_a_requeue_inside_submitit_only(monkeypatch, tmp_path):
-    monkeypatch.delenv(launchers.EXECUTOR_ENV, raising=False)
-    assert launchers.preempt_signal() is None
-    assert not launchers.requeued_resume(tmp_path)
-    monkeypatch.setenv(launchers.EXECUTOR_ENV, "slurm")
-    monkeypatch.delenv(launchers.PREEMPT_SIGNAL_ENV, raising=False)
-    assert launchers.preempt_signal() == signal.SIGUSR2  # submitit's default
-    monkeypatch.setenv(launchers.PREEMPT_SIGNAL_ENV, "USR1")
-    assert launchers.preempt_signal() == signal.SIGUSR1
-    stop = launchers.stop_request()
+    monkeypatch.delenv(requeue.EXECUTOR_ENV, raising=False)
+    assert requeue.preempt_signal() is None
+    assert not requeue.requeued_resume(tmp_path)
+    monkeypatch.setenv(requeue.EXECUTOR_ENV, "slurm")
+    monkeypatch.delenv(requeue.PREEMPT_SIGNAL_ENV, raising=False)
+    assert requeue.preempt_signal() == signal.SIGUSR2  # submitit's default
+    monkeypatch.setenv(requeue.PREEMPT_SIGNAL_ENV, "USR1")
+    assert requeue.preempt_signal() == signal.SIGUSR1
+    stop = requeue.stop_request()
     assert (
         stop.reactions[signal.SIGUSR1] is Reaction.REQUEUE and stop.reactions[signal.SIGTERM] is Reaction.STOP
     )
 
 
 def test_requeued_resume_needs_an_interrupted_run_and_a_checkpoint(monkeypatch, tmp_path):
-    monkeypatch.setenv(launchers.EXECUTOR_ENV, "local")
+    monkeypatch.setenv(requeue.EXECUTOR_ENV, "local")
     (tmp_path / "summary.json").write_text(json.dumps({"status": "interrupted"}))
-    assert not launchers.requeued_resume(tmp_path)  # no checkpoint: nothing to resume
+    assert not requeue.requeued_resume(tmp_path)  # no checkpoint: nothing to resume
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.pt").write_bytes(b"x")
-    assert launchers.requeued_resume(tmp_path)
+    assert requeue.requeued_resume(tmp_path)
     (tmp_path / "summary.json").write_text(json.dumps({"status": "completed"}))
-    assert not launchers.requeued_resume(tmp_path)  # a finished run is not started again
+    assert not requeue.requeued_resume(tmp_path)  # a finished run is not started again
 
 
 def test_a_job_of_two_tasks_is_one_run_on_two_ranks(tmp_path, cache_dir):

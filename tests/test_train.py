@@ -14,8 +14,8 @@ from hydra.utils import instantiate
 
 from normlab.metrics import names
 from normlab.model import NORMS, PLACEMENTS
+from normlab.summary import FIELD_NAMES
 from normlab.train.run import Run
-from normlab.train.summary import FIELD_NAMES
 
 # every norm with pre and post, and every placement with ln and with deepnorm (invalid but for post) by
 # default; the rest of the 7 × 7 grid with the slow tests
@@ -129,6 +129,16 @@ def test_resume_continues_the_same_run(make_cfg, tmp_path):
     reference = {r[names.STEP]: r for r in rows(straight) if names.LOSS in r}
     for r in continued:  # same data, same RNG, same optimizer state: the same numbers
         assert r[names.LOSS] == pytest.approx(reference[r[names.STEP]][names.LOSS], rel=1e-5)
+
+
+def test_a_resumed_runs_final_train_loss_is_that_of_its_rows(make_cfg, tmp_path):
+    """One source for the training loss: after a resume in place, summary.json's final_train_loss is the mean
+    of the last 10 losses metrics.jsonl holds, rows of both processes."""
+    Run(make_cfg("train.max_steps=6"), tmp_path).execute()
+    summary = Run(make_cfg("train.max_steps=14", "train.resume=auto"), tmp_path).execute()
+    losses = [r[names.LOSS] for r in rows(tmp_path) if names.LOSS in r]
+    assert summary["steps"] == 14 and len(losses) == 14
+    assert summary["final_train_loss"] == pytest.approx(sum(losses[-10:]) / 10, rel=1e-12)
 
 
 def test_non_finite_loss_ends_as_diverged(make_cfg, tmp_path):

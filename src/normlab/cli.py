@@ -32,7 +32,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from normlab import distributed, launchers, suggest
+from normlab import distributed, requeue, suggest
 from normlab.commands import hydra_value, sweep_command
 from normlab.errors import UserError
 from normlab.train.run_dir import claim_sweep_dir, release_claims
@@ -109,9 +109,9 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    launchers.join_submitit_tasks()  # a SLURM job of several tasks: one process group, like torchrun
+    requeue.join_submitit_tasks()  # a SLURM job of several tasks: one process group, like torchrun
     num_threads = cfg.train.num_threads if isinstance(cfg.train.num_threads, int) else None
-    if not cfg.train.resume and launchers.requeued_resume(run_dir):
+    if not cfg.train.resume and requeue.requeued_resume(run_dir):
         log.info("requeued job: resuming the interrupted run in %s", run_dir)
         with open_dict(cfg):
             cfg.train.resume = str(run_dir)
@@ -120,7 +120,7 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         run_dir,
         num_threads=threads_for_job(num_threads),
         group=sweep_group(),
-        stop=launchers.stop_request(),
+        stop=requeue.stop_request(),
         resume_command=resume_command,
         dist=distributed.current(),
         step_time=not multirun,  # a sweep's jobs do not each need telling
@@ -147,7 +147,7 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
             sys.exit(EXIT_INVALID)
     elif status == "interrupted":
         print(f"interrupted: {summary['reason']} Summary in {run_dir / 'summary.json'}.", file=sys.stderr)
-        launchers.hand_back(run.stop)  # submitit's preemption signal: it requeues the job and exits
+        requeue.hand_back(run.stop)  # submitit's preemption signal: it requeues the job and exits
         if multirun:  # the sweep stops and prints the one command that continues all of it
             return None
         if summary.get("resume_command"):
@@ -170,7 +170,7 @@ def run_stacked_jobs(jobs: list[Any], threads: int | None = None) -> list[Any]:
     per job, what run_hydra_job would return for it, or the exception it would raise."""
     from normlab.train.stacked.run import MemberRun, StackedRun
 
-    stop = launchers.stop_request()
+    stop = requeue.stop_request()
     members = []
     for job in jobs:
         members.append(

@@ -161,7 +161,7 @@ def choices(rule: Rule) -> list[Any] | None:
     return list(rule.choices() if callable(rule.choices) else rule.choices)
 
 
-def describe(annotation: Any, rule: Rule) -> str:
+def what_it_takes(annotation: Any, rule: Rule) -> str:
     """What a key takes, e.g. "a whole number ≥ 1", "one of fp32, bf16, fp16", "a finite number > 0 or null"."""
     options = choices(rule)
     type_phrase, optional = _type_phrase(annotation)
@@ -181,7 +181,7 @@ def describe(annotation: Any, rule: Rule) -> str:
 def not_allowed(cls: type, name: str, value: Any) -> InvalidConfig:
     """`train.batch_size=0 is not allowed; train.batch_size takes a whole number ≥ 1.`"""
     key = key_of(cls, name)
-    takes = describe(typing.get_type_hints(cls)[name], fields_of(cls)[name].metadata["rule"])
+    takes = what_it_takes(typing.get_type_hints(cls)[name], fields_of(cls)[name].metadata["rule"])
     return InvalidConfig(f"{key}={shown(value)} is not allowed; {key} takes {takes}.", key)
 
 

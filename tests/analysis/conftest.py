@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from normlab.metrics import names
-from normlab.train.summary import RunSummary
+from normlab.summary import RunSummary
 
 MAX_STEPS = 20
 EVAL_EVERY = 10
@@ -131,7 +131,7 @@ def write_run(run_dir: Path, s: dict[str, Any]) -> None:
         yaml.safe_dump({"hydra": {"run": {"dir": "${now:%H}"}, "runtime": {"choices": choices}}})
     )
     name = f"{s['norm']}-{s['placement']}-L{s['depth']}-w{s['warmup']}-s{s['seed']}"
-    # summary.json as the harness writes it: every field RunSummary declares (normlab.train.summary)
+    # summary.json as the harness writes it: every field RunSummary declares (normlab.summary)
     summary = RunSummary().update(
         status=s["status"],
         norm=s["norm"],

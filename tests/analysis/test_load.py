@@ -146,7 +146,8 @@ def test_empty_or_missing_paths(tmp_path):
 
 
 def test_file_names_match_the_training_side():
-    from normlab.train import run_dir, summary
+    from normlab import summary
+    from normlab.train import run_dir
 
     assert (load_mod.METRICS_FILE, load_mod.SUMMARY_FILE) == (run_dir.METRICS_FILE, summary.SUMMARY_FILE)
 

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import json
 
-import normlab.train.build as build_mod
+from normlab.model import GPT
 
 
 def test_a_bug_is_crashed_with_its_traceback_kept(train_cli, monkeypatch):
     def bug(*args, **kwargs):
         raise ZeroDivisionError("a bug in the formula")
 
-    monkeypatch.setattr(build_mod, "block_formula", bug)
+    monkeypatch.setattr(GPT, "formula", bug)  # the model states its formula when the run starts
     result = train_cli()
     assert result.code == 1
     assert "Traceback" in result.output and "ZeroDivisionError: a bug in the formula" in result.output
     summary = result.summary
     assert summary["status"] == "crashed" and summary["reason"] == "ZeroDivisionError: a bug in the formula"
-    assert "Traceback" in summary["traceback"] and "block_formula" not in summary["reason"]
+    assert (
+        "Traceback" in summary["traceback"] and "in log_model" not in summary["reason"]
+    )  # the sentence, not the traceback
 
 
 def test_a_run_that_fails_before_training_opens_no_wandb_run(train_cli, tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from normlab.config.compose import compose_config
 from normlab.config.groups import RootConfig, config_class
 from normlab.errors import InvalidConfig
 from normlab.metrics.spikes import SpikeConfig
-from normlab.model.norms import DynamicTanhConfig
+from normlab.model.norms import DynamicTanhConfig, qk_norms
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -81,7 +81,7 @@ def test_values_are_converted_to_their_declared_types():
         ("model.embed_scale=-1", "model.embed_scale", "a finite number > 0, or sqrt_d"),
         ("model.init=kaiming", "model.init", "one of gpt2, xavier"),
         ("model.pos=rope", "model.pos", "one of learned, sinusoidal"),
-        ("model.qk_norm=l2", "model.qk_norm", "one of none, ln, rms, dyt, scalenorm"),
+        ("model.qk_norm=l2", "model.qk_norm", f"one of {', '.join(qk_norms())}"),
         ("optim.z_loss=-0.5", "optim.z_loss", "a finite number ≥ 0"),
         ("optim.z_loss=big", "optim.z_loss", "a finite number ≥ 0"),
         ("spikes.trend=0", "spikes.trend", "a whole number ≥ 1"),

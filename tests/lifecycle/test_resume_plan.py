@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 
 from normlab.commands import sweep_command
 from normlab.sweeps import watchdog
+from normlab.sweeps.ending import EXIT_CRASHED, EXIT_INCOMPLETE, JobEnding, sweep_exit_code
 from normlab.sweeps.jobs import Job, job_key, labels, recorded_jobs
-from normlab.sweeps.report import EXIT_CRASHED, EXIT_INCOMPLETE, Outcome, sweep_exit_code
 from normlab.train import run_dir as resume
 
 
@@ -106,8 +106,8 @@ def test_jobs_are_known_by_their_overrides_not_their_number(tmp_path):
     assert labels([["norm=ln", "seed=0", "x=1"], ["norm=rms", "seed=0", "x=1"]]) == ["norm=ln", "norm=rms"]
 
 
-def outcome(status: str) -> Outcome:
-    return Outcome(Job(0, []), status, status)
+def outcome(status: str) -> JobEnding:
+    return JobEnding(Job(0, []), status, status)
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from normlab.sweeps.soak import (
+from soak import (
     SoakSpec,
     SweepProcess,
     comparable,
@@ -25,6 +24,7 @@ from normlab.sweeps.soak import (
     step_problems,
     training_rows,
 )
+
 from normlab.train.loop import Trainer
 
 pytestmark = pytest.mark.skipif(

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from normlab.sweeps.soak import (
+from soak import (
     GRACE_S,
     SoakSpec,
     SweepProcess,

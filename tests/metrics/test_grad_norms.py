@@ -74,3 +74,20 @@ def test_clipping_reuses_the_norm_and_reports_whether_it_fired(make_gpt):
     limit = total.item() / 4
     assert clip_(grads, total, max_norm=limit).item() == 1.0
     assert reference_norm(model, lambda n: True).item() == pytest.approx(limit, rel=1e-4)
+
+
+@pytest.mark.parametrize("qk_norm", ["none", "rms"])
+def test_declared_roles_group_as_the_parameter_names_did(qk_norm):
+    """GPT.parameter_parts (roles declared where modules are built) gives every block parameter the
+    (block, part) its name gives under the name rule (`parameter_part`), for every norm × slot placement
+    (a placement with a block of its own may hold norms the name rule misses: the reason roles are declared)."""
+    from normlab.metrics.layout import parameter_part
+    from normlab.model import GPT, NORMS, PLACEMENTS
+    from normlab.model.gpt import BLOCKS
+
+    for norm in NORMS:
+        for placement in [p for p in NORMS[norm].placements or PLACEMENTS if p not in BLOCKS]:
+            model = GPT(50, 8, 16, 2, 3, norm=norm, placement=placement, qk_norm=qk_norm)
+            declared = model.parameter_parts()
+            by_name = {n: parameter_part(n) for n, _ in model.named_parameters() if n.startswith("blocks.")}
+            assert declared == by_name, (norm, placement)

@@ -180,11 +180,19 @@ def test_model_update_is_deepnets_measure(make_gpt, make_trainer):
 
 
 def test_model_update_only_where_deepnet_measures_it():
-    assert wants_model_update("auto", "post", 2) and wants_model_update("auto", {"name": "resi_dual"}, 2)
-    assert not wants_model_update("auto", "pre", 2) and not wants_model_update("auto", "lnscale", 2)
-    # mixln: Post-LN in the first ⌊0.25·L⌋ blocks, so none at depth 3 and one at depth 4
-    assert not wants_model_update("auto", "mixln", 3) and wants_model_update("auto", "mixln", 4)
-    assert wants_model_update(True, "pre", 2) and not wants_model_update(False, "post", 2)
+    from normlab.model import GPT
+
+    def auto(placement, depth=2):
+        model = GPT(50, 8, 16, 2, depth, norm="ln", placement=placement)
+        return wants_model_update("auto", model.normalises_stream())
+
+    assert auto("post") and auto({"name": "resi_dual"})
+    assert not auto("pre") and not auto("lnscale")
+    # mixln: Post-LN in the first ⌊0.25·L⌋ blocks, so none at depth 3 and one at depth 4 (block 0 only)
+    assert not auto("mixln", 3) and auto("mixln", 4)
+    mixln = GPT(50, 8, 16, 2, 4, norm="ln", placement="mixln")
+    assert [mixln.normalises_stream(i) for i in range(4)] == [True, False, False, False]
+    assert wants_model_update(True, False) and not wants_model_update(False, True)
 
 
 def test_gradient_histograms_cover_every_block_entry(make_gpt, make_trainer):

@@ -11,7 +11,13 @@ import torch
 
 from normlab.metrics import names
 from normlab.metrics.monitor import Monitor
-from normlab.metrics.spikes import SpikeConfig, SpikeDetector, find_spikes
+from normlab.metrics.spikes import SpikeConfig, SpikeDetector
+
+
+def find_spikes(values: list[float], window: int, sigma: float, trend: int, min_history: int) -> list[int]:
+    """Indices of the spikes in a whole series: the detector run from the start, as training runs it."""
+    detector = SpikeDetector(window, sigma, trend, min_history)
+    return [i for i, v in enumerate(values) if detector.update(v) is not None]
 
 
 def noisy(n: int, seed: int = 0, level: float = 3.0, noise: float = 0.05) -> list[float]:

@@ -30,6 +30,7 @@ from normlab.analysis.load import RunSet, load_runs, short_names
 from normlab.analysis.report import EFFECT_HEADERS, md_table
 from normlab.analysis.stats import layer_columns
 from normlab.metrics import names
+from normlab.summary import OUTCOME_FIELDS
 
 COMPARISON_JOB_TYPE = "comparison"
 FIGURE_PREFIX = "comparison/"  # the comparison run's media keys: comparison/loss, comparison/grad_norm, ...
@@ -148,7 +149,7 @@ def logged_keys(rs: RunSet) -> set[str]:
 def summary_keys(rs: RunSet) -> set[str]:
     """summary.json keys some run has a number for (what W&B's run summary gets, WandbSink.finish)."""
     out = set()
-    for key in names.SUMMARY_FIELDS:
+    for key in OUTCOME_FIELDS:
         if (
             key in rs.runs
             and rs.runs[key].map(lambda v: isinstance(v, int | float) and not isinstance(v, bool)).any()
@@ -311,7 +312,7 @@ def _config_value(rs: RunSet, key: str) -> str | None:
 # ------------------------------------------------------------------------------------------ command line
 
 
-def describe(d: Dashboard) -> str:
+def dashboard_text(d: Dashboard) -> str:
     lines = [
         f"W&B workspace '{d.name}' for project {d.project}, group {d.group}, one line per {', '.join(d.group_by) or 'run'}:"
     ]
@@ -365,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}; pass a sweep directory (outputs/sweeps/DATE/TIME_NAME).", file=sys.stderr)
         return 2
     dash.workspace()  # the library checks the spec (panel types, keys) without the network
-    print(describe(dash))
+    print(dashboard_text(dash))
     if not dash.figures:
         print(
             f"no figures under {args.report or Path(args.sweep) / 'report'}: run python scripts/compare.py first to include them"

@@ -6,11 +6,16 @@ tests/test_docs.py fails when the committed page and this rendering differ."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
+from collections.abc import Callable
 
 from normlab.config.groups import GROUPS, Option, RootConfig
 from normlab.config.help import where
-from normlab.knobs import describe, shown
+from normlab.knobs import shown, what_it_takes
+from normlab.model.norms import NORMS, norm_symbol, qk_norms
+from normlab.model.placements import PLACEMENTS
+from normlab.model.variant import layers_formula
 
 PAGE = "docs/config.md"
 INTRO = """\
@@ -50,7 +55,7 @@ def _takes(f: dataclasses.Field, annotation: object) -> str:
     copied = default[2:-1] if isinstance(default, str) and default.startswith("${") else None
     if copied in GROUPS:  # a copy of a whole group (model.norm: ${norm})
         return f"the `{copied}` group: set by `{copied}=NAME` and `{copied}.*`"
-    return _cell(describe(annotation, f.metadata["rule"]))
+    return _cell(what_it_takes(annotation, f.metadata["rule"]))
 
 
 def _default(f: dataclasses.Field) -> object:
@@ -77,3 +82,75 @@ def render() -> str:
             lines += [_option_line(group, n, options[n]) for n in names]
             lines += ["", *knob_table(cls)]
     return "\n".join(lines) + "\n"
+
+
+# The tables of norms and placements in the pages below are regions rendered from NORMS and PLACEMENTS,
+# between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`; the rest of each page is written by
+# hand. `python scripts/config_reference.py` rewrites them; tests/test_docs.py fails when one is stale.
+TABLE_DEPTH = 4  # the depth at which the placements table writes its formulas
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    end = re.search(r"(?<!\bal)[.;](\s|$)", text)  # "et al. 2024" does not end it
+    return text[: end.start()] if end else text
+
+
+def norms_table() -> str:
+    """One row per norm of NORMS: its name, what it computes (its config's docstring, first sentence), its
+    symbol in block formulas, where it is defined and whether it can be model.qk_norm."""
+    rows = [
+        "| norm (`norm=`) | what it computes | in formulas | placements | `model.qk_norm` |",
+        "|---|---|---|---|---|",
+    ]
+    for name, kind in NORMS.items():
+        about = _cell(_first_sentence(kind.config.__doc__ or ""))
+        symbol = f"`{norm_symbol(name)}`" if norm_symbol(name) else "(identity)"
+        if callable(kind.symbol):  # depends on its knobs (DeepNorm: its base norm's)
+            symbol += " by default"
+        where_ = "every" if kind.placements is None else ", ".join(f"`{p}`" for p in kind.placements)
+        qk = "yes" if name in qk_norms() and name != "none" else "–"
+        rows.append(f"| `{name}` | {about} | {symbol} | {where_} | {qk} |")
+    return "\n".join(rows)
+
+
+def placements_table() -> str:
+    """One row per placement of PLACEMENTS: its name, its blocks as a formula (N = the norm, depth
+    TABLE_DEPTH, default knobs), whether a final norm sits before the head, and the paper (its `about`, before the
+    formula)."""
+    rows = [
+        f"| placement (`placement=`) | blocks at depth {TABLE_DEPTH} (N = the norm) | final norm | what it is |",
+        "|---|---|---|---|",
+    ]
+    for name, placement in PLACEMENTS.items():
+        formula = layers_formula(
+            placement.per_layer(TABLE_DEPTH, name),
+            "N",
+            dual_stream=placement.dual_stream,
+            sublayer=placement.sublayer,
+        )
+        runs = "<br>".join(f"`{run}`" for run in formula.split(" | "))  # one line per run of equal blocks
+        final = "yes" if placement.final_norm else "no"
+        what = _cell(placement.about.split(":")[0])  # the name and paper, before the formula
+        rows.append(f"| `{name}` | {runs} | {final} | {what} |")
+    return "\n".join(rows)
+
+
+TABLES: dict[str, dict[str, Callable[[], str]]] = {
+    "README.md": {"norms": norms_table},
+    "docs/model.md": {"placements": placements_table, "norms": norms_table},
+}
+
+
+def render_tables(page: str, text: str) -> str:
+    """`text` (the page `page`) with each generated region replaced by its table as the registries give it."""
+    for name, table in TABLES[page].items():
+        start, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
+        if start not in text or end not in text:
+            raise ValueError(
+                f"{page} has no region {start} … {end}; add the two markers where the table goes"
+            )
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{start}\n{table()}\n{end}{tail}"
+    return text

@@ -11,7 +11,6 @@ device until `StepProbe.row()`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,7 +25,6 @@ from normlab.metrics.histograms import DeviceHistogram, layer_grad_histograms, t
 from normlab.metrics.layout import ParamLayout
 from normlab.metrics.model_update import ModelUpdateProbe
 from normlab.metrics.updates import UpdateRatio, param_norm_keys, update_ratio_keys
-from normlab.model.placements import normalises_stream
 
 
 @dataclass(frozen=True)
@@ -90,12 +88,12 @@ class InstrumentConfig(Knobs):
         return step <= self.dense_until or step % (max(self.every, 1) * self.rank_every) == 0
 
 
-def wants_model_update(setting: bool | str, placement: Mapping[str, Any] | str, depth: int) -> bool:
+def wants_model_update(setting: bool | str, normalises_stream: bool) -> bool:
     """metrics.model_update: true, false, or auto: runs where some block normalises the residual stream
-    itself (Post-LN's slot C: post, and so DeepNorm, mixln's first blocks, resi_dual's Post-LN stream), the
-    early updates DeepNet studies."""
+    itself (the model says: `GPT.normalises_stream()`; Post-LN's norm_add: post, and so DeepNorm, mixln's
+    first blocks, resi_dual's Post-LN stream), the early updates DeepNet studies."""
     if setting == "auto":
-        return normalises_stream(placement, depth)
+        return normalises_stream
     return bool(setting)
 
 

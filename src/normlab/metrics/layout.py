@@ -34,10 +34,12 @@ class ParamLayout:
         self.params: list[nn.Parameter] = []
         layer_ids: list[int] = []
         part_ids: list[int] = []
+        # the roles the model declares (GPT.parameter_parts), else read from the parameters' names
+        declared = model.parameter_parts() if hasattr(model, "parameter_parts") else None
         for name, p in model.named_parameters():  # named_parameters yields a tied weight once
             if not p.requires_grad:
                 continue
-            where = parameter_part(name)
+            where = declared.get(name) if declared is not None else parameter_part(name)
             self.params.append(p)
             layer_ids.append(where[0] if where else n_layers)
             part_ids.append(

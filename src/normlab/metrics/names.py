@@ -4,8 +4,6 @@ docs/metrics.md documents each of these; scripts and notebooks should import the
 from here rather than spelling the strings.
 """
 
-from normlab.train.summary import OUTCOME_FIELDS
-
 STEP = "step"  # optimizer steps taken before this row was measured (0 = first batch, before any update)
 LOSS = "loss"  # training cross-entropy (nats/token) of this step's batch, mean over grad_accum micro-batches
 LR = "lr"  # learning rate used for this step's update
@@ -86,8 +84,3 @@ SPIKE_SERIES = {LOSS: SPIKE_LOSS, GRAD_NORM: SPIKE_GRAD_NORM}
 def grad_hist_layer(i: int) -> str:
     """Histogram of block i's gradient entries, before clipping (W&B only, not in metrics.jsonl)."""
     return f"grad_hist/layer_{i}"
-
-
-# summary.json: the outcome fields every run's summary carries (docs/runs.md), besides the
-# config echoes (norm, placement, depth, ...). Declared once, in normlab.train.summary.RunSummary.
-SUMMARY_FIELDS = OUTCOME_FIELDS

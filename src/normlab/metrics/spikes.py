@@ -132,15 +132,3 @@ class SpikeDetector:
             return
         self.recent.extend(state["recent"][-self.recent.maxlen :])
         self.ratios.extend(state["ratios"][-self.ratios.maxlen :])
-
-
-def find_spikes(
-    values: list[float],
-    window: int,
-    sigma: float,
-    trend: int,
-    min_history: int,
-) -> list[int]:
-    """Indices of the spikes in a whole series (the detector run from the start)."""
-    detector = SpikeDetector(window, sigma, trend, min_history)
-    return [i for i, v in enumerate(values) if detector.update(v) is not None]

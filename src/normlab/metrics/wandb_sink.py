@@ -32,6 +32,7 @@ from normlab.knobs import Knobs, knob
 from normlab.metrics import names
 from normlab.metrics.histograms import Histogram
 from normlab.metrics.sinks import RowSink
+from normlab.summary import OUTCOME_FIELDS
 
 log = logging.getLogger("normlab")
 
@@ -398,7 +399,7 @@ class WandbSink(RowSink):
         if self.run is None:
             return
         try:
-            for key in names.SUMMARY_FIELDS:
+            for key in OUTCOME_FIELDS:
                 if summary.get(key) is not None and not isinstance(summary[key], list):
                     self.run.summary[key] = summary[key]
         except Exception as e:

@@ -55,7 +55,7 @@ class ModelConfig(Knobs):
     qk_norm: str = knob(
         "none",
         "norm on each attention head's queries and keys before q·k (qk-layernorm, as Wortsman et al. 2023 use): "
-        "none, or a norm that acts on one vector at a time (ln | rms | dyt | scalenorm) over d_head, with its "
+        "none, or a norm that acts on one vector at a time over d_head (the choices listed), with its "
         "default settings and one set of learned parameters shared by the heads",
         choices=qk_norms,
     )

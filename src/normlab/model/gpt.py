@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -11,10 +12,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.model.config import ModelConfig
-from normlab.model.norms import NORMS, build_norm, build_qk_norm, norm_spec, slot_spec
+from normlab.model.norms import NORMS, build_norm, build_qk_norm, norm_spec, norm_symbol, slot_spec
 from normlab.model.placements import PLACEMENTS, Slots, placement_spec
 from normlab.model.stackable import Linear, causal_attention
-from normlab.model.variant import INITS, POSITIONS, InvalidVariant, Spec, check_heads, check_variant
+from normlab.model.variant import (
+    INITS,
+    POSITIONS,
+    InvalidVariant,
+    Spec,
+    check_heads,
+    check_variant,
+    layers_formula,
+)
 
 # What flows from block to block: the residual stream x, or (x, d) with ResiDual's second stream d.
 Stream = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
@@ -25,7 +34,8 @@ def max_causal_logit(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """The largest q·k/√d_head over batch, heads and causal pairs (key ≤ query), in float32.
 
     One batched matmul that adds the causal mask as it writes the scores (baddbmm with −inf above the
-    diagonal): a third of the time of scores, then a masked copy, then the max.
+    diagonal), faster than scores, then a masked copy, then the max (docs/performance.md, "The
+    attention-logit measurement").
     """
     t, d = q.shape[-2:]
     mask = torch.full((1, t, t), float("-inf"), dtype=q.dtype, device=q.device).triu_(1)
@@ -50,21 +60,44 @@ class ForwardTaps(NamedTuple):
 
 ALL = slice(None)  # every row of a parameter
 
+# The role of a module's parameters in a block, declared where the module is built (not read from attribute
+# names): a norm's gain and bias, attention, the feed-forward. Per-part gradient norms group by it
+# (`GPT.parameter_parts`); a module without one takes its parent's.
+ROLE = "normlab_role"
+NORM, ATTN, FFN = "norm", "attn", "ffn"
+
+
+def declare(module: nn.Module, role: str) -> nn.Module:
+    """`module`, its parameters declared as `role` (NORM, ATTN or FFN)."""
+    setattr(module, ROLE, role)
+    return module
+
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention. `qk_norm` (none, or a norm of NORMS that acts on one vector at a
-    time: ln, rms, dyt, scalenorm) normalises each head's queries and keys over d_head before the dot
+    time: `qk_norms()`) normalises each head's queries and keys over d_head before the dot
     product, with one set of learned parameters of size d_head shared by the heads: qk-layernorm
     (Dehghani et al. 2023), which Wortsman et al. 2023 use against attention-logit growth; per head as
     OLMo-core's `use_head_qk_norm` (allenai/OLMo-core, src/olmo_core/nn/attention/__init__.py).
     OLMo-core's default (OLMo 2) normalises the whole d_model-wide projection instead, before splitting it
     into heads."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, bias: bool, qk_norm: str = "none") -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        bias: bool,
+        qk_norm: str = "none",
+        pre_output: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         check_heads(d_model, n_heads)
+        declare(self, ATTN)
         self.n_heads = n_heads
         self.qkv = Linear(d_model, 3 * d_model, bias=bias)
+        # what the heads' output passes through before the output projection (Sub-LN: a norm)
+        self.pre_output = pre_output if pre_output is not None else nn.Identity()
         self.out = Linear(d_model, d_model, bias=bias)
         self.q_norm = build_qk_norm(qk_norm, d_model // n_heads)
         self.k_norm = build_qk_norm(qk_norm, d_model // n_heads)
@@ -84,32 +117,49 @@ class CausalSelfAttention(nn.Module):
         if taps is not None:
             taps.append(max_causal_logit(q, k))
         y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
+        return self.out(self.pre_output(y.transpose(1, 2).reshape(b, t, d)))
 
     def output_shift_biases(self) -> list[tuple[nn.Parameter, slice]]:
         """The biases (parameter, rows) whose only effect is one vector added to every output: the values'
         third of the qkv bias (each query's attention weights sum to 1, without dropout) and the output bias."""
         d = self.out.in_features
+        values = [] if _removes_shift(self.pre_output) else [(self.qkv.bias, slice(2 * d, 3 * d))]
         return [
             (b, rows)
-            for b, rows in ((self.qkv.bias, slice(2 * d, 3 * d)), (self.out.bias, ALL))
+            for b, rows in (*values, *_bias_rows(self.pre_output), (self.out.bias, ALL))
             if b is not None
         ]
 
+    def cancelled_inside(self) -> list[tuple[nn.Parameter, slice]]:
+        """The biases a norm inside the sublayer subtracts whatever follows: the values' third of the qkv bias
+        where `pre_output` removes a batch shift."""
+        d = self.out.in_features
+        removed = _removes_shift(self.pre_output) and self.qkv.bias is not None
+        return [(self.qkv.bias, slice(2 * d, 3 * d))] if removed else []
+
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, mult: int, bias: bool) -> None:
+    def __init__(self, d_model: int, mult: int, bias: bool, pre_output: nn.Module | None = None) -> None:
         super().__init__()
+        declare(self, FFN)
         self.up = Linear(d_model, mult * d_model, bias=bias)
+        # what the hidden activations pass through before the down projection (Sub-LN: a norm)
+        self.pre_output = pre_output if pre_output is not None else nn.Identity()
         self.down = Linear(mult * d_model, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor, taps: list[torch.Tensor] | None = None) -> torch.Tensor:
         """`taps` is accepted as every sublayer accepts it; the feed-forward measures nothing."""
-        return self.down(F.gelu(self.up(x)))
+        return self.down(self.pre_output(F.gelu(self.up(x))))
 
     def output_shift_biases(self) -> list[tuple[nn.Parameter, slice]]:
         """The biases (parameter, rows) whose only effect is one vector added to every output."""
-        return [(self.down.bias, ALL)] if self.down.bias is not None else []
+        return [
+            (b, rows) for b, rows in (*_bias_rows(self.pre_output), (self.down.bias, ALL)) if b is not None
+        ]
+
+    def cancelled_inside(self) -> list[tuple[nn.Parameter, slice]]:
+        """Nothing: the GELU before `pre_output` is not linear in the up projection's bias."""
+        return []
 
 
 class ResidualBranch(nn.Module):
@@ -132,11 +182,11 @@ class ResidualBranch(nn.Module):
         self.sublayer = sublayer
 
         def slot(filled: bool) -> nn.Module:
-            return build_norm(d_model, norm, context_length) if filled else nn.Identity()
+            return declare(build_norm(d_model, norm, context_length), NORM) if filled else nn.Identity()
 
-        self.norm_in = slot(slots.before_sublayer)
-        self.norm_out = slot(slots.after_sublayer)
-        self.norm_add = slot(slots.after_add)
+        self.norm_in = slot(slots.norm_in)
+        self.norm_out = slot(slots.norm_out)
+        self.norm_add = slot(slots.norm_add)
         self.input_scale = slots.input_scale
         self.alpha = alpha
         self.dual_stream = dual_stream
@@ -152,42 +202,60 @@ class ResidualBranch(nn.Module):
         return (out, d + h) if self.dual_stream else out
 
 
+@dataclass(frozen=True)
+class BlockParts:
+    """What one block is built from, by name: its width, heads, norm spec and slots, residual scale α,
+    dropout, biases, FFN width, context and qk-norm, and whether a second stream runs beside x. A block
+    class takes it whole (`Block(parts)`), so a placement with a block of its own (BLOCKS) is built from
+    these parts and the helpers below, never from positional arguments."""
+
+    d_model: int
+    n_heads: int
+    norm: Mapping[str, Any]
+    slots: Slots
+    alpha: float
+    dropout: float
+    bias: bool
+    ffn_mult: int
+    context_length: int
+    qk_norm: str = "none"
+    dual_stream: bool = False
+
+    def norm_of(self, branch: str, width: int | None = None) -> nn.Module:
+        """A norm of this block's kind for `branch` (attn or ffn: DyT's α per branch) over vectors of `width`
+        (None: d_model; a norm inside the feed-forward: its hidden width), declared NORM."""
+        spec = slot_spec(self.norm, branch)
+        return declare(build_norm(width or self.d_model, spec, self.context_length), NORM)
+
+    def attention(self, pre_output: nn.Module | None = None) -> CausalSelfAttention:
+        return CausalSelfAttention(
+            self.d_model, self.n_heads, self.dropout, self.bias, self.qk_norm, pre_output
+        )
+
+    def feed_forward(self, pre_output: nn.Module | None = None) -> FeedForward:
+        return FeedForward(self.d_model, self.ffn_mult, self.bias, pre_output)
+
+    def branch(self, sublayer: nn.Module, kind: str) -> ResidualBranch:
+        """`sublayer` in a residual branch with this block's slots (kind: attn or ffn)."""
+        return ResidualBranch(
+            sublayer,
+            self.d_model,
+            slot_spec(self.norm, kind),
+            self.slots,
+            self.alpha,
+            self.dropout,
+            self.context_length,
+            self.dual_stream,
+        )
+
+
 class Block(nn.Module):
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        norm: Mapping[str, Any],
-        slots: Slots,
-        alpha: float,
-        dropout: float,
-        bias: bool,
-        ffn_mult: int,
-        context_length: int,
-        qk_norm: str = "none",
-        dual_stream: bool = False,
-    ) -> None:
+    """The block of every slot placement: an attention branch, then a feed-forward branch."""
+
+    def __init__(self, parts: BlockParts) -> None:
         super().__init__()
-        self.attn = ResidualBranch(
-            CausalSelfAttention(d_model, n_heads, dropout, bias, qk_norm),
-            d_model,
-            slot_spec(norm, "attn"),
-            slots,
-            alpha,
-            dropout,
-            context_length,
-            dual_stream,
-        )
-        self.ffn = ResidualBranch(
-            FeedForward(d_model, ffn_mult, bias),
-            d_model,
-            slot_spec(norm, "ffn"),
-            slots,
-            alpha,
-            dropout,
-            context_length,
-            dual_stream,
-        )
+        self.attn = parts.branch(parts.attention(), "attn")
+        self.ffn = parts.branch(parts.feed_forward(), "ffn")
 
     def forward(self, stream: Stream, taps: list[torch.Tensor] | None = None) -> Stream:
         return self.ffn(self.attn(stream, taps), taps)
@@ -249,8 +317,11 @@ class GPT(nn.Module):
             n_layers,
             qk_norm,
         )
+        self.norm_spec = norm
+        # each block's slots: the one place the placement is read (formula, normalises_stream, the blocks)
         self.layer_slots = where.per_layer(n_layers, placement)
         self.dual_stream = where.dual_stream
+        self.residual_scale = kind.residual_scale(n_layers)
         self.context_length, self.d_model = context_length, d_model
         scale = math.sqrt(d_model) if embed_scale == "sqrt_d" else float(embed_scale)
         # a learnable scalar starting at that value: the DyT authors' LLaMA recipe (√d, learned)
@@ -263,20 +334,23 @@ class GPT(nn.Module):
             self.register_buffer("pos_table", sinusoidal_positions(context_length, d_model), persistent=False)
             self.pos_emb = None
         self.drop = nn.Dropout(dropout)
-        alpha = kind.residual_scale(n_layers)
+        alpha = self.residual_scale
+        block = BLOCKS.get(placement["name"], Block)  # a placement with a block of its own, else Block
         self.blocks = nn.ModuleList(
-            Block(
-                d_model,
-                n_heads,
-                norm,
-                slots,
-                alpha,
-                dropout,
-                bias,
-                ffn_mult,
-                context_length,
-                qk_norm,
-                where.dual_stream,
+            block(
+                BlockParts(
+                    d_model,
+                    n_heads,
+                    norm,
+                    slots,
+                    alpha,
+                    dropout,
+                    bias,
+                    ffn_mult,
+                    context_length,
+                    qk_norm,
+                    where.dual_stream,
+                )
             )
             for slots in self.layer_slots
         )
@@ -287,6 +361,20 @@ class GPT(nn.Module):
             self.head.weight = self.tok_emb.weight
         beta = kind.init_gain(n_layers) if kind.init_gain is not None else None
         self._init_weights(init, beta)
+
+    def normalises_stream(self, block: int | None = None) -> bool:
+        """Whether block `block` (None: some block) normalises the residual stream itself (Post-LN's norm_add)."""
+        slots = self.layer_slots if block is None else [self.layer_slots[block]]
+        return any(s.norm_add for s in slots)
+
+    def formula(self) -> str:
+        """What the blocks compute, as `block_formula` writes it (e.g. `x ← x + Attn(LN(x)); x ← x + FFN(LN(x))`),
+        from the slots this model was built with."""
+        qk = norm_symbol(self.qk_norm) if self.qk_norm != "none" else ""
+        sublayer = PLACEMENTS[self.placement].sublayer
+        return layers_formula(
+            self.layer_slots, norm_symbol(self.norm_spec), self.residual_scale, self.dual_stream, qk, sublayer
+        )
 
     @torch.no_grad()
     def _init_weights(self, init: str, beta: float | None) -> None:
@@ -373,9 +461,9 @@ class GPT(nn.Module):
         module with `removes_batch_shift`) removes a vector added to every sequence of the batch, wherever
         it is normalised before anything else reads it. Followed block by block, per layer (placements
         may differ by layer): the learned position embedding, when every branch reads the stream through
-        slot A until a slot C or the head's final norm normalises it (pre, double); the biases that end
-        each sublayer (FeedForward's and CausalSelfAttention's `output_shift_biases`), when slot B, or the
-        stream after the branch, removes them; slot B's and slot C's own biases likewise; with ResiDual,
+        norm_in until a norm_add or the head's final norm normalises it (pre, double); the biases that end
+        each sublayer (FeedForward's and CausalSelfAttention's `output_shift_biases`), when norm_out, or the
+        stream after the branch, removes them; norm_out's and norm_add's own biases likewise; with ResiDual,
         what also enters the second stream d must be removed by the head's N(d). The true gradient of
         these is zero and autograd returns float rounding (~1e-9), which Adam's per-coordinate
         normalisation would turn into steps of about the learning rate in random directions: a walk the
@@ -403,6 +491,7 @@ class GPT(nn.Module):
         if self.pos_emb is not None and stream_removed(0) and into_d_removed:
             found.append((self.pos_emb, ALL))
         for k, branch in enumerate(branches):
+            found += branch.sublayer.cancelled_inside()
             after = stream_removed(k + 1)
             # a vector added to the branch output h: in x's sum at this branch and, with ResiDual, in d
             h_removed = (_removes_shift(branch.norm_add) or after) and into_d_removed
@@ -415,13 +504,37 @@ class GPT(nn.Module):
         names = {id(p): name for name, p in self.named_parameters()}
         return [(names[id(p)], p, rows) for p, rows in found]
 
+    def parameter_parts(self) -> dict[str, tuple[int, str]]:
+        """Each block parameter's (block index, role), by its name in `named_parameters`: the role declared on
+        the innermost module that has one (`declare`), so a norm anywhere in a block counts as NORM."""
+        parts: dict[str, tuple[int, str]] = {}
+        for i, block in enumerate(self.blocks):
+            for path, module in block.named_modules():  # parents before children: the innermost wins
+                role = getattr(module, ROLE, None)
+                if role is None:
+                    continue
+                prefix = f"blocks.{i}.{path}." if path else f"blocks.{i}."
+                for name, _ in module.named_parameters():
+                    parts[prefix + name] = (i, role)
+        return parts
+
     def n_params(self) -> int:
         """Trainable parameters, the tied head counted once."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
+# placements whose blocks are not slot choices: name → the block class, built from BlockParts
+BLOCKS: dict[str, type[nn.Module]] = {}
+
+
 def _removes_shift(norm: nn.Module) -> bool:
     return bool(getattr(norm, "removes_batch_shift", False))
+
+
+def _bias_rows(module: nn.Module) -> list[tuple[nn.Parameter | None, slice]]:
+    """A module's own bias, if it has one, as (parameter, rows)."""
+    bias = getattr(module, "bias", None)
+    return [(bias, ALL)] if isinstance(bias, nn.Parameter) else []
 
 
 def _norm_bias(norm: nn.Module) -> list[tuple[nn.Parameter, slice]]:

@@ -54,7 +54,7 @@ class LayerNormConfig(NormConfig):
 
 @dataclass(frozen=True)
 class RMSNormConfig(NormConfig):
-    """RMSNorm: y = x / sqrt(mean(x²) + eps) · g, statistics in float32 (Zhang & Sennrich 2019)"""
+    """RMSNorm: y = x / sqrt(mean(x²) + eps) · g, statistics in at least float32 (Zhang & Sennrich 2019)"""
 
     name: str = _name("rms")
     eps: float = knob(1e-6, "added to the mean square", gt=0)
@@ -97,16 +97,19 @@ class DeepNormConfig(NormConfig):
     name: str = _name("deepnorm")
     base: str = knob(
         "ln",
-        "the norm: ln (the paper) | rms | bn | dyt | scalenorm, with that norm's own defaults for the knobs "
-        "not set here (+norm.KEY=VALUE sets another knob of that norm)",
+        "the norm: ln (the paper) or another, with that norm's own defaults for the knobs not set here "
+        "(+norm.KEY=VALUE sets another knob of that norm)",
         choices=lambda: DEEPNORM_BASES,
     )
-    eps: float = knob(
-        1e-5,
-        "the norm's eps (LayerNorm and RMSNorm: added to the variance; ScaleNorm: lower bound on ‖x‖)",
+    eps: Optional[float] = knob(
+        None,
+        "the norm's eps (LayerNorm and RMSNorm: added to the variance; ScaleNorm: lower bound on ‖x‖); null = "
+        "that norm's own default",
         gt=0,
     )
-    bias: bool = knob(True, "the norm's bias (LayerNorm, BatchNorm, DyT)")
+    bias: Optional[bool] = knob(
+        None, "the norm's bias (LayerNorm, BatchNorm, DyT); null = that norm's own default"
+    )
 
     @classmethod
     def extra_keys(cls, values: Mapping[str, Any]) -> type | None:
@@ -151,8 +154,8 @@ class ScaleNormConfig(NormConfig):
 class _RMSNormCPU(torch.autograd.Function):
     """RMSNorm in float32 with few passes over memory, for the CPU, where torch has no fused backward.
 
-    Autograd through F.rms_norm on the CPU differentiates its pow / mean / rsqrt / mul ops one by one: about
-    6x LayerNorm's fused kernels, forward plus backward. Here the forward is one fused reduction
+    Autograd through F.rms_norm on the CPU differentiates its pow / mean / rsqrt / mul ops one by one, several
+    times LayerNorm's fused kernels, forward plus backward (docs/performance.md, "RMSNorm"). Here the forward is one fused reduction
     (vector_norm) and two multiplies (torch's own `_fused_rms_norm` forward measured slower on the CPU),
     and the backward reuses LayerNorm's fused backward kernel with a zero mean: for xhat = x·rstd and g' = g·w that
     kernel returns rstd·(g' − mean(g') − xhat·mean(g'·xhat)) and Σ g·xhat, i.e. RMSNorm's gradients except
@@ -258,8 +261,9 @@ class CausalBatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (batch, time, d_model)
         t = x.shape[1]
+        dtype = torch.promote_types(x.dtype, torch.float32)  # float32 at least, as RMSNorm
         if self.training:
-            x32 = x.float()
+            x32 = x.to(dtype)
             ranks = _sync_world_size() if self.sync else 1
             dims = (
                 (0, 1) if self.pooled else (0,)
@@ -276,16 +280,21 @@ class CausalBatchNorm(nn.Module):
                 # lerp, then copy_: the same values as an in-place lerp_, which has no rule for torch.vmap
                 # (a stack of runs, normlab.train.stacked, updates its members' statistics under it)
                 mean_now, var_now = self.running_mean[rows], self.running_var[rows]
-                mean_now.copy_(torch.lerp(mean_now, mean.expand_as(mean_now), self.momentum))
+                # the buffers' dtype: float64 input's statistics are rounded to it
+                stat_dtype = mean_now.dtype
+                mean_now.copy_(torch.lerp(mean_now, mean.to(stat_dtype).expand_as(mean_now), self.momentum))
                 var_now.copy_(
-                    torch.lerp(var_now, (var * (n / max(n - 1, 1))).expand_as(var_now), self.momentum)
+                    torch.lerp(
+                        var_now, (var * (n / max(n - 1, 1))).to(stat_dtype).expand_as(var_now), self.momentum
+                    )
                 )
             y = (x32 - mean) * torch.rsqrt(var + self.eps)
         else:
-            y = (x.float() - self.running_mean[:t]) * torch.rsqrt(self.running_var[:t] + self.eps)
-        y = y * self.weight.float()
+            mean, var = self.running_mean[:t].to(dtype), self.running_var[:t].to(dtype)
+            y = (x.to(dtype) - mean) * torch.rsqrt(var + self.eps)
+        y = y * self.weight.to(dtype)
         if self.bias is not None:
-            y = y + self.bias.float()
+            y = y + self.bias.to(dtype)
         return y.to(x.dtype)
 
 
@@ -334,7 +343,7 @@ class ScaleNorm(nn.Module):
     """ScaleNorm (Nguyen & Salazar 2019, *Transformers without Tears*): y = g · x / max(‖x‖, eps), one
     learnable scalar g initialised to √d, so that the output has unit RMS at init. The norm is clamped below
     at eps rather than eps added, as the authors' code does (tnq177/transformers_without_tears, layers.py,
-    eps 1e-5); computed in float32 whatever the input dtype, as the other norms' statistics are."""
+    eps 1e-5); computed in at least float32 (float64 input stays float64), as RMSNorm's statistics are."""
 
     def __init__(self, d_model: int, eps: float = ScaleNormConfig.eps) -> None:
         super().__init__()
@@ -342,9 +351,10 @@ class ScaleNorm(nn.Module):
         self.scale = nn.Parameter(torch.tensor(math.sqrt(d_model)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
+        dtype = torch.promote_types(x.dtype, torch.float32)  # float32 at least
+        x32 = x.to(dtype)
         norm = torch.linalg.vector_norm(x32, 2, -1, keepdim=True).clamp(min=self.eps)
-        return (x32 * (self.scale.float() / norm)).to(x.dtype)
+        return (x32 * (self.scale.to(dtype) / norm)).to(x.dtype)
 
 
 @dataclass(frozen=True)
@@ -380,10 +390,12 @@ def _deepnorm_base(d: int, spec: Mapping[str, Any], context_length: int) -> nn.M
 
 
 def base_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec of the norm DeepNorm wraps (`norm.base`)."""
+    """The spec of the norm DeepNorm wraps (`norm.base`): the deepnorm group's settings where that norm has
+    them and they are set (not null), that norm's own defaults for the rest."""
     base = spec["base"]
     own = NORMS[base].config.defaults()
-    return {**own, **{k: v for k, v in spec.items() if k in own and k != "name"}, "name": base}
+    chosen = {k: v for k, v in spec.items() if k in own and k != "name" and v is not None}  # null: its own
+    return {**own, **chosen, "name": base}
 
 
 NORMS: dict[str, NormType] = {

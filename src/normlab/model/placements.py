@@ -1,6 +1,6 @@
 """Where the norm goes in a residual block, registered by the name users type (`placement=pre`).
 
-A residual branch is `x → [slot A] → F → [slot B] → merge with x → [slot C]`; a block is an attention
+A residual branch is `x → [norm_in] → F → [norm_out] → merge with x → [norm_add]`; a block is an attention
 branch then a feed-forward branch, and both take the same `Slots`. A placement gives each block its slots
 (one `Slots` for every block, or a function of the block index, the depth and the placement's config group
 for placements that vary with depth), says whether a final norm sits before the LM head, and whether the
@@ -45,20 +45,27 @@ class MixLNConfig(PlacementConfig):
 
 @dataclass(frozen=True)
 class Slots:
-    """What the norm slots of one block's two branches hold."""
+    """What the norm slots of one block's two branches hold: each slot is named as the module that fills it
+    (`ResidualBranch.norm_in`, `norm_out`, `norm_add`: the names in checkpoints and in gradient grouping)."""
 
-    before_sublayer: bool  # slot A: N(x) feeds the sublayer
-    after_sublayer: bool  # slot B: the sublayer's output is normalised before the add
-    after_add: bool  # slot C: the sum is normalised (the residual stream itself passes through N)
-    input_scale: float = 1.0  # multiplies slot A's output (LayerNorm Scaling's 1/√l)
+    norm_in: bool  # N(x) feeds the sublayer
+    norm_out: bool  # the sublayer's output is normalised before the add
+    norm_add: bool  # the sum is normalised (the residual stream itself passes through N)
+    input_scale: float = 1.0  # multiplies norm_in's output (LayerNorm Scaling's 1/√l)
 
 
-PRE = Slots(before_sublayer=True, after_sublayer=False, after_add=False)
-POST = Slots(before_sublayer=False, after_sublayer=False, after_add=True)
-DOUBLE = Slots(before_sublayer=True, after_sublayer=True, after_add=False)
-REORDERED = Slots(before_sublayer=False, after_sublayer=True, after_add=False)
+PRE = Slots(norm_in=True, norm_out=False, norm_add=False)
+POST = Slots(norm_in=False, norm_out=False, norm_add=True)
+DOUBLE = Slots(norm_in=True, norm_out=True, norm_add=False)
+REORDERED = Slots(norm_in=False, norm_out=True, norm_add=False)
 
 LayerSlots = Callable[[int, int, Mapping[str, Any]], Slots]  # (block index from 0, depth, group) -> Slots
+# a sublayer in a formula: (its name, its input, the norm's symbol) -> text; `Attn(x)` for a plain one
+SublayerText = Callable[[str, str, str], str]
+
+
+def plain_sublayer(name: str, arg: str, norm_symbol: str) -> str:
+    return f"{name}({arg})"
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class Placement:
     about: str
     dual_stream: bool = False
     config: type[PlacementConfig] = PlacementConfig
+    sublayer: SublayerText = plain_sublayer  # how a formula writes a sublayer (its block's own parts)
 
     def slots(self, index: int, depth: int, spec: Mapping[str, Any]) -> Slots:
         """The slots of block `index` (0 = closest to the embedding) in a stack of `depth` blocks."""
@@ -151,14 +159,13 @@ def placement_spec(spec: Mapping[str, Any] | str) -> dict[str, Any]:
     return {**PLACEMENTS[spec["name"]].config.defaults(), **spec}
 
 
-def normalises_stream(spec: Mapping[str, Any] | str, depth: int) -> bool:
-    """Whether some block of this placement normalises the residual stream itself (slot C, Post-LN's)."""
-    spec = placement_spec(spec)
-    return any(slots.after_add for slots in PLACEMENTS[spec["name"]].per_layer(depth, spec))
-
-
 def branch_formula(
-    slots: Slots, norm_symbol: str, sublayer: str, residual_scale: float = 1.0, dual_stream: bool = False
+    slots: Slots,
+    norm_symbol: str,
+    sublayer: str,
+    residual_scale: float = 1.0,
+    dual_stream: bool = False,
+    sublayer_text: SublayerText = plain_sublayer,
 ) -> str:
     """The update of one residual branch as a formula, e.g. `x ← LN(2.21·x + Attn(x))`; with a second
     stream, `x, d ← LN(x + Attn(x)), d + Attn(x)`."""
@@ -167,11 +174,11 @@ def branch_formula(
         return f"{norm_symbol}({arg})" if filled and norm_symbol else arg
 
     skip = "x" if residual_scale == 1.0 else f"{residual_scale:.2f}·x"
-    normed = n("x", slots.before_sublayer)
+    normed = n("x", slots.norm_in)
     if slots.input_scale != 1.0:
         normed = f"{slots.input_scale:.2f}·{normed}"
-    branch = n(f"{sublayer}({normed})", slots.after_sublayer)
-    update = n(f"{skip} + {branch}", slots.after_add)
+    branch = n(sublayer_text(sublayer, normed, norm_symbol), slots.norm_out)
+    update = n(f"{skip} + {branch}", slots.norm_add)
     if dual_stream:
         return f"x, d ← {update}, d + {branch}"
     return f"x ← {update}"

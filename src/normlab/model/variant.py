@@ -6,7 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from normlab.model.norms import DEEPNORM_BASES, NORMS, norm_spec, norm_symbol, qk_norms
-from normlab.model.placements import PLACEMENTS, branch_formula, placement_spec
+from normlab.model.placements import (
+    PLACEMENTS,
+    Slots,
+    SublayerText,
+    branch_formula,
+    placement_spec,
+    plain_sublayer,
+)
 
 INITS = ("gpt2", "xavier")
 POSITIONS = ("learned", "sinusoidal")
@@ -73,13 +80,32 @@ def block_formula(norm: Spec, placement: Spec, n_layers: int, qk_norm: str = "no
     with model.qk_norm, what attention does to its queries and keys (`…; per head: q, k ← RMS(q), RMS(k)`).
     """
     check_variant(norm, placement, qk_norm)
-    kind, where = NORMS[_name(norm)], PLACEMENTS[_name(placement)]
-    symbol = norm_symbol(norm)
-    alpha = kind.residual_scale(n_layers)
-    per_layer = where.per_layer(n_layers, placement_spec(placement))
+    where = PLACEMENTS[_name(placement)]
+    return layers_formula(
+        where.per_layer(n_layers, placement_spec(placement)),
+        norm_symbol(norm),
+        NORMS[_name(norm)].residual_scale(n_layers),
+        where.dual_stream,
+        norm_symbol(qk_norm) if qk_norm != "none" else "",
+        where.sublayer,
+    )
+
+
+def layers_formula(
+    per_layer: list[Slots],
+    symbol: str,
+    alpha: float = 1.0,
+    dual_stream: bool = False,
+    qk_symbol: str = "",
+    sublayer: SublayerText = plain_sublayer,
+) -> str:
+    """`block_formula` of given per-layer slots: `symbol` names the norm (`LN`; empty: none), `alpha` scales the
+    skip path, `qk_symbol` names the norm of each head's queries and keys (empty: none)."""
     groups: list[tuple[list[int], str]] = []
     for i, slots in enumerate(per_layer):
-        text = "; ".join(branch_formula(slots, symbol, f, alpha, where.dual_stream) for f in ("Attn", "FFN"))
+        text = "; ".join(
+            branch_formula(slots, symbol, f, alpha, dual_stream, sublayer) for f in ("Attn", "FFN")
+        )
         if groups and groups[-1][1] == text:
             groups[-1][0].append(i)
         else:
@@ -88,9 +114,8 @@ def block_formula(norm: Spec, placement: Spec, n_layers: int, qk_norm: str = "no
         formula = groups[0][1]
     else:
         formula = " | ".join(f"{_block_ranges(idx)}: {text}" for idx, text in groups)
-    if where.dual_stream:
+    if dual_stream:
         formula += f"; head reads x + {symbol}(d)" if symbol else "; head reads x + d"
-    qk_symbol = norm_symbol(qk_norm) if qk_norm != "none" else ""
     if qk_symbol:
         formula += f"; per head: q, k ← {qk_symbol}(q), {qk_symbol}(k)"
     return formula

@@ -114,7 +114,7 @@ def resolve_names(tokens: Sequence[str], core: bool) -> list[str]:
     return sorted(dict.fromkeys(chosen), key=order.index)
 
 
-# a sweep's exit code when a job did not complete (normlab.sweeps.report): also when some were invalid
+# a sweep's exit code when a job did not complete (normlab.sweeps.ending): also when some were invalid
 EXIT_INCOMPLETE = 2
 
 

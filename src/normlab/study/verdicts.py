@@ -32,7 +32,6 @@ cannot speak to the claim either way. Nothing here looks at which verdict a find
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -100,11 +99,6 @@ class Check:
     def interval(self) -> tuple[float, float]:
         """The two one-sided (1 − ALPHA) bounds: the CONFIDENCE interval every verdict is read from."""
         return self.est.interval(ALPHA)
-
-    @property
-    def p_value(self) -> float:
-        """One-sided p-value of the claimed direction (directional checks only)."""
-        return self.est.p_greater(0.0) if self.kind == DIRECTIONAL else math.nan
 
     @property
     def rule(self) -> str:

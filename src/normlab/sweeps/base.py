@@ -5,7 +5,7 @@ with `train.resume=auto`), give each job its directory, say in one line per job 
 skip the ones that finished (normlab.sweeps.jobs). A job whose directory a live process holds refuses the
 whole sweep before anything starts.
 
-After: one line per job and the command that continues the sweep (normlab.sweeps.report), and the sweep's
+After: one line per job and the command that continues the sweep (normlab.sweeps.ending), and the sweep's
 exit code — raised as SystemExit, so that Hydra's sweeper does not turn a job's recorded ending into a
 traceback.
 
@@ -27,8 +27,8 @@ from omegaconf import DictConfig
 
 from normlab.commands import sweep_command
 from normlab.sweep_progress import mark_done
+from normlab.sweeps.ending import job_ending, report_end
 from normlab.sweeps.jobs import Job, SweepJobs, plan_jobs, summary_of
-from normlab.sweeps.report import outcome, report
 from normlab.sweeps.stop import say
 from normlab.train.run_dir import RESUME, START
 
@@ -77,12 +77,12 @@ class SweepLauncher(Launcher):
         to_run = [j for j in sweep.jobs if not j.skipped]
         mark_done(sweep.sweep_dir, [j.num for j in sweep.jobs if j.skipped])
         ran = self.run_jobs(to_run) if to_run else {}
-        outcomes = [
-            outcome(j, r.ret, r.launched, r.died)
+        endings = [
+            job_ending(j, r.ret, r.launched, r.died)
             for j in sweep.jobs
             for r in [ran.get(j.num, Ran(None, launched=False))]
         ]
-        code = report(outcomes, sweep.sweep_dir, self.stopped_by, sweep_command(self.config))
+        code = report_end(endings, sweep.sweep_dir, self.stopped_by, sweep_command(self.config))
         if code:
             raise SystemExit(code)
         returns = [ran[j.num].ret if j.num in ran else None for j in sweep.jobs]

@@ -16,8 +16,8 @@ from hydra.core.utils import run_job
 from omegaconf import open_dict
 
 from normlab.sweeps.base import Ran, SweepLauncher, print_crash
+from normlab.sweeps.ending import run_dir_of
 from normlab.sweeps.jobs import Job, summary_of
-from normlab.sweeps.report import run_dir_of
 from normlab.sweeps.stop import SweepStop
 from normlab.train.signals import Interrupted
 

@@ -20,8 +20,8 @@ from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from normlab.commands import hydra_value, override_key
+from normlab.summary import SUMMARY_FILE
 from normlab.train import run_dir as directories
-from normlab.train.summary import SUMMARY_FILE
 
 JobKey = tuple[str, ...]
 

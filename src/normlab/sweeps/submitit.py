@@ -9,7 +9,7 @@ saved or not, and outlives the sweep's parent. So the controllers are started in
 each job writes its pid where the parent finds it, the parent passes every signal it gets on to those
 pids, and each job watches the parent (normlab.sweeps.watchdog).
 
-SLURM jobs run on other machines under SLURM's signals (preemption and requeueing: normlab.launchers); the
+SLURM jobs run on other machines under SLURM's signals (preemption and requeueing: normlab.requeue); the
 sweep's parent only submits, waits and reports, and a signal to it leaves the jobs running, as `scancel`
 is the way to stop them.
 """

@@ -14,7 +14,6 @@ import torch
 from normlab.data import TokenCorpus, load_corpus
 from normlab.data.corpus import CorpusTooShort
 from normlab.errors import InvalidConfig, UserError
-from normlab.model import block_formula
 
 log = logging.getLogger("normlab")
 
@@ -71,10 +70,10 @@ def cancelled_names(model: torch.nn.Module) -> str:
     return ", ".join(names)
 
 
-def describe(model: torch.nn.Module, cfg: Mapping[str, Any]) -> str:
+def log_model(model: torch.nn.Module, cfg: Mapping[str, Any]) -> str:
     """Log the block's formula, the parameter count and the objective (and what the norm cancels); returns
     the formula."""
-    formula = block_formula(cfg["norm"], cfg["placement"], model.n_layers, cfg["model"]["qk_norm"])
+    formula = model.formula()
     z_loss = cfg["optim"]["z_loss"]
     log.info(
         "block: %s  (×%d blocks, %s parameters)%s",

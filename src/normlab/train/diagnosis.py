@@ -24,7 +24,7 @@ from typing import Any
 
 from normlab.train.schedule import lr_at
 
-# placements whose blocks normalise the residual stream itself (Post-LN's slot C) where the embedding enters
+# placements whose blocks normalise the residual stream itself (Post-LN's norm_add) where the embedding enters
 POST_LIKE = ("post", "mixln")
 GPT2_EMBED_STD = 0.02  # model.init=gpt2: token embeddings N(0, 0.02)
 BN_SMALL_BATCH = 8  # finding 6: BatchNorm 0.37 nats worse than LayerNorm at batch 4, the gap gone by 16

@@ -21,10 +21,9 @@ import torch
 
 from normlab.metrics.activations import LogitStats
 
-# logits per chunk: 16 MiB of float32 (1024 rows of a 4096-word vocabulary), within the L3 cache. On one
-# thread 4, 8 and 16 MiB measured alike (2-core EPYC); with two threads on a busy machine every parallel
-# op of a chunk waits for the slower thread, so fewer, larger chunks lose less (262 ms median vs 550 ms
-# for 8 MiB chunks, against 361 ms for the plain logits → cross-entropy).
+# logits per chunk: 16 MiB of float32 (1024 rows of a 4096-word vocabulary), within the L3 cache; with two
+# threads on a busy machine every parallel op of a chunk waits for the slower thread, so fewer, larger
+# chunks lose less (the measurements: docs/performance.md, "The chunk size of the fused head").
 CHUNK_ELEMENTS = 1 << 22
 
 

@@ -123,7 +123,7 @@ class Trainer:
         metrics = InstrumentConfig.from_config(group["metrics"])
         metrics = dataclasses.replace(
             metrics,
-            model_update=wants_model_update(metrics.model_update, group["placement"], model.n_layers),
+            model_update=wants_model_update(metrics.model_update, model.normalises_stream()),
             histogram_every=metrics.histogram_every if histograms else 0,
         )
         monitor = Monitor(

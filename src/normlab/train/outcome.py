@@ -41,13 +41,20 @@ def final_train_loss(losses: Sequence[float]) -> float | None:
     return mean(list(losses)[-FINAL_LOSS_WINDOW:])
 
 
+def run_losses(previous: Iterable[Mapping[str, Any]], this_process: Sequence[float]) -> list[float]:
+    """The run's training losses in step order, across resumes, as its rows in metrics.jsonl hold them: the
+    finite losses of the rows kept from before a resume, then every loss this process's rows carry. The one
+    source of `final_train_loss` and of the diagnosis's loss curve."""
+    return finite_values(previous, names.LOSS) + list(this_process)
+
+
 def from_rows(rows: Sequence[Mapping[str, Any]], before: int) -> dict[str, Any]:
     """The loss and speed fields of the rows of metrics.jsonl measured before step `before` (a run that
     stopped before its loop continued them)."""
     rows = [r for r in rows if r["step"] < before]
     vals = finite_values(rows, names.VAL_LOSS)
     return {
-        "final_train_loss": final_train_loss(finite_values(rows, names.LOSS)),
+        "final_train_loss": final_train_loss(run_losses(rows, [])),
         "best_val_loss": min(vals) if vals else None,
         "tokens_per_s": mean(finite_values(rows, names.TOKENS_PER_S)),
     }
@@ -55,14 +62,15 @@ def from_rows(rows: Sequence[Mapping[str, Any]], before: int) -> dict[str, Any]:
 
 def after_training(
     previous: Sequence[Mapping[str, Any]],
-    train_losses: Sequence[float],
+    losses: Sequence[float],
     val_losses: Iterable[float],
     tokens_per_s: Sequence[float],
     flush_every: int,
 ) -> dict[str, Any]:
-    """The loss and speed fields once the loop has ended: rows kept from before a resume (`previous`) and
-    this process's losses, validation losses and flush-window speeds."""
-    losses = finite_values(previous, names.LOSS) + [v for v in train_losses if math.isfinite(v)]
+    """The loss and speed fields once the loop has ended: the run's training losses (`run_losses`), the
+    validation losses of the rows kept from before a resume (`previous`) and this process's, and its
+    flush-window speeds."""
+    losses = [v for v in losses if math.isfinite(v)]
     vals = finite_values(previous, names.VAL_LOSS) + [v for v in val_losses if math.isfinite(v)]
     return {
         "final_train_loss": final_train_loss(losses),

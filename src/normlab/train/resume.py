@@ -33,6 +33,7 @@ from typing import Any
 
 from normlab.config.groups import MISSING_ROWS
 from normlab.errors import InvalidConfig, UserError
+from normlab.summary import SUMMARY_FILE
 from normlab.train import checkpoint
 from normlab.train.checkpoint import CHECKPOINT_DIR, EXPERIMENT_KEY, Checkpoint
 from normlab.train.run_dir import (
@@ -51,7 +52,6 @@ from normlab.train.run_dir import (
     training_steps,
     unclaim,
 )
-from normlab.train.summary import SUMMARY_FILE
 
 log = logging.getLogger("normlab")
 

@@ -48,9 +48,10 @@ from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink, read_rows
 from normlab.metrics.wandb_sink import WandbSink
+from normlab.summary import SUMMARY_FILE, RunSummary
 from normlab.train import checkpoint, diagnosis, flops, memory, outcome, step_time
 from normlab.train import resume as resumes
-from normlab.train.build import describe, device_label, pick_device, run_corpus
+from normlab.train.build import device_label, log_model, pick_device, run_corpus
 from normlab.train.callbacks import Callback, Checkpoints, LoopResult
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import Trainer
@@ -60,7 +61,6 @@ from normlab.train.resume import Decision, LeftAsItWas, ResumeRefused
 from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory, describe_steps
 from normlab.train.sample import generate
 from normlab.train.signals import StopRequest, exit_code
-from normlab.train.summary import SUMMARY_FILE, RunSummary
 
 log = logging.getLogger("normlab")
 
@@ -307,7 +307,7 @@ class Run:
         self.experiment = resumes.experiment_record(cfg, corpus.cache_dir)
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
         self.summary.update(
-            formula=describe(model, cfg),
+            formula=log_model(model, cfg),
             n_params=model.n_params(),
             world_size=self.dist.world_size,
             global_batch_size=self.train.batch_size * self.train.grad_accum * self.dist.world_size,
@@ -474,9 +474,10 @@ class Run:
     def _loop_fields(
         self, trainer: Trainer, result: LoopResult, previous: list[dict[str, Any]]
     ) -> dict[str, Any]:
+        losses = outcome.run_losses(previous, result.train_losses)
         numbers = outcome.after_training(
             previous,
-            result.train_losses,
+            losses,
             result.val_losses.values(),
             result.tokens_per_s,
             self.train.flush_every,
@@ -491,7 +492,6 @@ class Run:
             mfu=flops.mfu(numbers["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops),
             load_avg=outcome.load_average(),
         )
-        losses = outcome.finite_values(previous, names.LOSS) + list(result.train_losses)
         known = {
             "status": result.status,
             "baseline_unigram_loss": self.summary.baseline_unigram_loss,

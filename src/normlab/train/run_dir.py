@@ -46,7 +46,7 @@ from filelock import FileLock, Timeout
 from normlab.commands import hydra_value
 from normlab.errors import UserError
 from normlab.io import remove_stale_temps
-from normlab.train.summary import SUMMARY_FILE
+from normlab.summary import SUMMARY_FILE
 
 log = logging.getLogger("normlab")
 

@@ -40,7 +40,7 @@ class Reaction(enum.Enum):
 
     STOP = "stop"  # save everything, write status interrupted, exit 128 + signal number
     # save everything as STOP does, then hand the signal back to the cluster launcher that was waiting for
-    # it (submitit: its handler requeues the job, and the requeued job resumes the run; normlab.launchers)
+    # it (submitit: its handler requeues the job, and the requeued job resumes the run; normlab.requeue)
     REQUEUE = "requeue"
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from normlab.metrics import names
+from normlab.summary import OUTCOME_FIELDS
 
 # File names of the run-directory contract (the training side defines them in normlab.train.run; they
 # are repeated here so that analysis does not import torch).
@@ -38,9 +38,9 @@ NON_VARIANT_PREFIXES = ("logger", "hydra")
 # Groups whose chosen value is shown bare in variant labels ("ln, pre" rather than "norm=ln, placement=pre").
 BARE_LABEL_KEYS = ("norm.name", "placement.name")
 
-# summary.json fields read into `RunSet.runs`: the outcome fields RunSummary declares (normlab.train.summary);
+# summary.json fields read into `RunSet.runs`: the outcome fields RunSummary declares (normlab.summary);
 # older runs without some of them read as missing.
-SUMMARY_FIELDS = names.SUMMARY_FIELDS
+SUMMARY_FIELDS = OUTCOME_FIELDS
 # summary.json fields that mirror config keys: used when .hydra/config.yaml is missing.
 SUMMARY_TO_CONFIG = {
     "norm": "norm.name",

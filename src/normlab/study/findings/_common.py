@@ -456,7 +456,3 @@ def compare_by_seed(a: pd.Series, b: pd.Series) -> Estimate:
         if by_pairs.has_noise or not unpaired.has_noise:
             return by_pairs
     return unpaired
-
-
-def log_ratio(a: float, b: float) -> float:
-    return float(np.log(a / b)) if a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b) else math.nan

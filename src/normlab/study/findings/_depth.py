@@ -88,11 +88,6 @@ def halves(depth: int) -> str:
     return f"blocks {half}–{depth - 1} vs 0–{half - 1}" if half >= 1 else "one block"
 
 
-def mean_or_nan(values: pd.Series) -> float:
-    v = values.dropna()
-    return float(v.mean()) if not v.empty else math.nan
-
-
 def curse_of_depth(pre: pd.DataFrame, depth: int) -> Precondition:
     """Both depth findings' precondition (module docstring): deep enough, and under Pre-LN (`pre` from
     `depth_profile` of the Pre-LN runs) deep blocks that contribute little, and less than the shallower

@@ -39,7 +39,7 @@ from normlab.metrics.sinks import JsonlSink
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.train import checkpoint, memory, outcome
 from normlab.train import resume as resumes
-from normlab.train.build import describe, device_label, pick_device, run_corpus
+from normlab.train.build import device_label, log_model, pick_device, run_corpus
 from normlab.train.callbacks import Callback, LoopResult
 from normlab.train.checkpoint import LAST
 from normlab.train.resume import LeftAsItWas, ResumeRefused
@@ -84,7 +84,7 @@ class MemberRun(Run):
             checkpoint.load_model_state(model, self.ckpt)
         return model
 
-    def describe(self, model: torch.nn.Module, corpus: TokenCorpus, device: torch.device) -> None:
+    def prepare_member(self, model: torch.nn.Module, corpus: TokenCorpus, device: torch.device) -> None:
         """As Run._build: a resumed member's corpus checked against its checkpoint's (by the files' hashes),
         what its checkpoints will record of the experiment, and the summary's description of the run."""
         if self.ckpt is not None:
@@ -105,7 +105,7 @@ class MemberRun(Run):
         self.summary.update(
             device=device_label(device),
             baseline_unigram_loss=baseline_unigram_loss(corpus),
-            formula=describe(model, self.cfg),
+            formula=log_model(model, self.cfg),
             n_params=model.n_params(),
             world_size=1,
             global_batch_size=self.train.batch_size * self.train.grad_accum,
@@ -257,7 +257,7 @@ class StackedRun:
         models = [member.build_model(device) for member in group]
         corpus = run_corpus(first.cfg, progress=False)
         for member, model in zip(group, models, strict=True):
-            member.describe(model, corpus, device)
+            member.prepare_member(model, corpus, device)
         for member in group:
             member.open_wandb()
         log.info(

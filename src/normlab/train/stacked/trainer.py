@@ -133,7 +133,7 @@ class StackedTrainer:
         histograms = list(histograms) if histograms is not None else [False] * size
         metrics = dataclasses.replace(
             metrics,
-            model_update=wants_model_update(metrics.model_update, cfgs[0]["placement"], shell.n_layers),
+            model_update=wants_model_update(metrics.model_update, shell.normalises_stream()),
             histogram_every=metrics.histogram_every if any(histograms) else 0,
         )
         self.metrics = metrics

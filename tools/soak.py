@@ -61,7 +61,7 @@ FILE_FAULTS = (TRUNCATED_METRICS, DAMAGED_CHECKPOINT, CONCURRENT_SWEEP)
 TARGETS = ("parent", "group", "worker")
 GRACE_S = 10.0  # how long after the parent a job process may live
 WORKER = "normlab.sweeps.worker"
-ROOT = Path(__file__).resolve().parents[3]  # a checkout: train.py beside src/
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: train.py beside tools/ and src/
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -320,6 +320,7 @@ class SoakSpec:
 
     def with_disk_full(self) -> bool:
         return self.disk_full and self.launcher != "stacked"  # job 0 alone: see file_faults
+
     overrides: tuple[str, ...] = (
         "model=tiny",
         "logger=none",

@@ -37,7 +37,7 @@ RECORDED = "invalid"  # a combination refused when the job started: recorded and
 
 
 @dataclass
-class Outcome:
+class JobEnding:
     """How one job of this invocation ended: `status` is a summary.json status, or one of not started,
     skipped (finished in an earlier invocation) and killed (its process died without saving)."""
 
@@ -59,7 +59,7 @@ def run_dir_of(job: Job, ret: JobReturn | None) -> Path | None:
     return None
 
 
-def outcome(job: Job, ret: JobReturn | None, launched: bool, died: int | None = None) -> Outcome:
+def job_ending(job: Job, ret: JobReturn | None, launched: bool, died: int | None = None) -> JobEnding:
     """What happened to `job`: its run's summary.json, else the JobReturn's exception (a failure before any
     summary), else — for a process that died without answering — its exit status `died` (-N: signal N)."""
     from normlab.cli import JobFailed
@@ -68,29 +68,29 @@ def outcome(job: Job, ret: JobReturn | None, launched: bool, died: int | None = 
     summary = summary_of(run_dir)
     status = summary.get("status") if summary else None
     if job.skipped:
-        return Outcome(
+        return JobEnding(
             job, SKIPPED, f"{status} earlier ({(summary or {}).get('steps')} steps): skipped", run_dir
         )
     if not launched:
-        return Outcome(job, NOT_STARTED, NOT_STARTED, run_dir)
+        return JobEnding(job, NOT_STARTED, NOT_STARTED, run_dir)
     failed = ret is not None and ret.status == JobStatus.FAILED
     if failed and (isinstance(ret._return_value, JobFailed) or status in (None, "running")):
         kind = "failed" if isinstance(ret._return_value, JobFailed) else "crashed"
-        return Outcome(job, kind, f"{kind}: {ret._return_value}", run_dir)
+        return JobEnding(job, kind, f"{kind}: {ret._return_value}", run_dir)
     if ret is None and (died or status == "running"):  # its process died without answering
         how = "" if not died else f" by {signal_name(-died)}" if died < 0 else f" with exit code {died}"
         before = (
             ""
             if status in (None, "running")
-            else f" (its summary.json still says: {describe(summary or {})})"
+            else f" (its summary.json still says: {summary_line(summary or {})})"
         )
-        return Outcome(job, KILLED, f"killed: its process ended{how} without saving{before}", run_dir)
+        return JobEnding(job, KILLED, f"killed: its process ended{how} without saving{before}", run_dir)
     if summary is None:  # stopped while Hydra was still setting the job up
-        return Outcome(job, NOT_STARTED, NOT_STARTED, run_dir)
-    return Outcome(job, str(status), describe(summary), run_dir)
+        return JobEnding(job, NOT_STARTED, NOT_STARTED, run_dir)
+    return JobEnding(job, str(status), summary_line(summary), run_dir)
 
 
-def describe(summary: dict[str, Any]) -> str:
+def summary_line(summary: dict[str, Any]) -> str:
     status, steps = summary.get("status"), summary.get("steps")
     if status == "completed":
         loss = summary.get("final_val_loss")
@@ -109,25 +109,25 @@ def describe(summary: dict[str, Any]) -> str:
     return f"{status}: {summary.get('reason')}" if summary.get("reason") else str(status)
 
 
-def sweep_exit_code(outcomes: Sequence[Outcome], stopped_by: int | None) -> int:
+def sweep_exit_code(endings: Sequence[JobEnding], stopped_by: int | None) -> int:
     if stopped_by is not None:
         return exit_code(stopped_by)
-    if any(o.status == "crashed" for o in outcomes):
+    if any(o.status == "crashed" for o in endings):
         return EXIT_CRASHED
-    return 0 if all(o.finished for o in outcomes) else EXIT_INCOMPLETE
+    return 0 if all(o.finished for o in endings) else EXIT_INCOMPLETE
 
 
-def report(
-    outcomes: Sequence[Outcome], sweep_dir: Path, stopped_by: int | None, continue_command: str
+def report_end(
+    endings: Sequence[JobEnding], sweep_dir: Path, stopped_by: int | None, continue_command: str
 ) -> int:
     """Print the per-job lines and the continue command (to stderr); return the sweep's exit code."""
-    code = sweep_exit_code(outcomes, stopped_by)
-    counts = Counter(o.status for o in outcomes)
+    code = sweep_exit_code(endings, stopped_by)
+    counts = Counter(o.status for o in endings)
     tally = ", ".join(f"{n} {status}" for status, n in counts.items())
     if code == 0:
-        invalid = [o for o in outcomes if o.status == RECORDED]
+        invalid = [o for o in endings if o.status == RECORDED]
         if not invalid:
-            say(f"[sweep] all {len(outcomes)} jobs done ({tally}) in {sweep_dir}")
+            say(f"[sweep] all {len(endings)} jobs done ({tally}) in {sweep_dir}")
             return code
         say(f"[sweep] finished: {tally} — {sweep_dir}")
         for o in invalid:  # refused by design or by mistake: the reason says which
@@ -135,8 +135,8 @@ def report(
         return code
     head = f"stopped by {signal_name(stopped_by)}" if stopped_by is not None else "not finished"
     say(f"[sweep] {head}: {tally} — {sweep_dir}")
-    for o in outcomes:
+    for o in endings:
         say(f"  #{o.job.num} {o.job.label} — {o.detail}")
-    if any(not o.finished for o in outcomes):
+    if any(not o.finished for o in endings):
         say(f"continue the sweep with: {continue_command}")
     return code

@@ -2,7 +2,7 @@
 
 `RunSummary` is written at the start of every run (`status: running`) and rewritten, atomically, however the
 run ends. Every field is declared here, with its meaning; `OUTCOME_FIELDS` (the fields run tables and W&B
-summaries copy, `normlab.metrics.names.SUMMARY_FIELDS`) and `CONFIG_ECHO_FIELDS` are derived from it. Other
+summaries copy) and `CONFIG_ECHO_FIELDS` are derived from it. Other
 modules fill fields (e.g. the monitor's spike counts); they never add undeclared ones.
 
 This module imports neither torch nor the training code, so analysis can read summaries cheaply.
@@ -20,9 +20,6 @@ from typing import Any
 from normlab.io import write_json_atomic
 
 SUMMARY_FILE = "summary.json"
-
-# How a run ended. `running` is only ever seen while a run is alive (or after a SIGKILL / power cut).
-STATUSES = ("running", "completed", "diverged", "invalid", "failed", "interrupted", "crashed")
 
 OUTCOME, ECHO, DETAIL = "outcome", "echo", "detail"
 

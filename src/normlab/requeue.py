@@ -1,4 +1,4 @@
-"""Cluster launchers (Hydra's submitit launcher, `hydra/launcher=slurm`): preemption and requeueing.
+"""A cluster job's preemption and requeueing (Hydra's submitit launcher, `hydra/launcher=slurm`).
 
 SLURM warns a job `signal_delay_s` seconds before its time limit (or before preempting it) with the
 signal submitit asked for — SIGUSR2 unless SUBMITIT_PREEMPT_SIGNAL says otherwise — and submitit's own
@@ -18,10 +18,10 @@ import signal
 from pathlib import Path
 
 from normlab import distributed
+from normlab.summary import SUMMARY_FILE
 from normlab.train import checkpoint
 from normlab.train.checkpoint import CHECKPOINT_DIR
 from normlab.train.signals import DEFAULT_REACTIONS, Reaction, StopRequest
-from normlab.train.summary import SUMMARY_FILE
 
 # set by submitit in every job it runs ("slurm" or "local")
 EXECUTOR_ENV = "SUBMITIT_EXECUTOR"
