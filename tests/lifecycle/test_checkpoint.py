@@ -90,6 +90,24 @@ def test_placement_knobs_are_compared_and_older_checkpoints_still_resume(trained
     checkpoint.check_compatible(found, saved)
 
 
+def test_deepnorm_settings_compare_as_the_norm_is_built(trained_run):
+    """DeepNorm's eps and bias default to null (its base norm's own) since issue 31; checkpoints written
+    before recorded LayerNorm's values (1e-5, a bias). Those build the same norm and resume; a base norm whose
+    own eps differs (RMSNorm: 1e-6) is another model and is refused."""
+    found = checkpoint.find_checkpoint(trained_run)
+    saved = found.state[checkpoint.MODEL_CONFIG_KEY]
+    old = {"name": "deepnorm", "base": "ln", "eps": 1e-5, "bias": True}
+    found.state[checkpoint.MODEL_CONFIG_KEY] = dict(saved, norm=old)
+    checkpoint.check_compatible(
+        found, dict(saved, norm={"name": "deepnorm", "base": "ln", "eps": None, "bias": None})
+    )
+    found.state[checkpoint.MODEL_CONFIG_KEY] = dict(saved, norm={**old, "base": "rms"})
+    with pytest.raises(InvalidConfig, match=r"model\.norm\.eps=1e-05 there, 1e-06 here"):
+        checkpoint.check_compatible(
+            found, dict(saved, norm={"name": "deepnorm", "base": "rms", "eps": None, "bias": None})
+        )
+
+
 def test_a_checkpoint_without_a_model_config_still_fails_in_one_sentence(trained_run):
     from normlab.model import GPT
 

@@ -398,6 +398,17 @@ def base_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {**own, **chosen, "name": base}
 
 
+def built_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """`spec` as the norm is built from it: DeepNorm's eps and bias as its base norm takes them (null: the
+    base's own; dropped where the base has no such knob). Two specs that build the same norm compare equal —
+    a checkpoint that recorded eps=1e-5 before null meant "the base's own" resumes as the same model."""
+    if spec.get("name") != "deepnorm" or spec.get("base") not in NORMS:
+        return dict(spec)
+    base = base_spec(spec)
+    rest = {k: v for k, v in spec.items() if k not in ("eps", "bias")}
+    return {**rest, **{k: base[k] for k in ("eps", "bias") if k in base}}
+
+
 NORMS: dict[str, NormType] = {
     "ln": NormType(LayerNormConfig, _layer_norm, "LN"),
     "rms": NormType(RMSNormConfig, lambda d, s, t: RMSNorm(d, eps=s["eps"]), "RMS"),

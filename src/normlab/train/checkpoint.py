@@ -33,6 +33,7 @@ import torch
 
 from normlab.errors import InvalidConfig, UserError
 from normlab.io import atomic_write
+from normlab.model.norms import built_settings
 
 log = logging.getLogger("normlab")
 
@@ -235,6 +236,14 @@ def root_causes(diffs: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]
     return sorted(kept, key=lambda d: d[0] not in KEY_NAMES)
 
 
+def built_norm(model_config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The model config with its norm's settings as the norm is built from them (norms.built_settings)."""
+    norm = model_config.get("norm")
+    if not isinstance(norm, Mapping):
+        return model_config
+    return {**model_config, "norm": built_settings(norm)}
+
+
 def check_compatible(ckpt: Checkpoint, model_config: Mapping[str, Any]) -> None:
     """InvalidConfig naming every differing model key when `ckpt` was trained with another model config."""
     saved = ckpt.state.get(MODEL_CONFIG_KEY)
@@ -242,7 +251,7 @@ def check_compatible(ckpt: Checkpoint, model_config: Mapping[str, Any]) -> None:
         return  # older checkpoints: load_model_state then reports the tensors that do not fit
     if isinstance(saved.get("placement"), str):  # saved before the model took the whole placement group
         saved = {**saved, "placement": {"name": saved["placement"]}}
-    diffs = root_causes(model_differences(saved, model_config))
+    diffs = root_causes(model_differences(built_norm(saved), built_norm(model_config)))
     if not diffs:
         return
     from normlab.config.check import shown
