@@ -226,6 +226,25 @@ class Run:
         self.write_summary(status="running")
         return True
 
+    def _adopt_corpus(self, corpus: TokenCorpus) -> None:
+        """A resumed run's corpus must be the one its checkpoint was trained on (by its files' hashes; a
+        deliberate change is recorded); then what its checkpoints will record of the experiment."""
+        if self.ckpt is not None:
+            try:
+                corpus_changes = resumes.check_corpus(
+                    self.ckpt.state.get(checkpoint.EXPERIMENT_KEY),
+                    self.ckpt.path,
+                    corpus.cache_dir,
+                    self.train.resume_allow,
+                )
+            except ResumeRefused as e:
+                raise LeftAsItWas(e) if self.previous is not None else e from None
+            if corpus_changes:
+                self.decision.changes = [*self.decision.changes, *corpus_changes]
+                self._record_changes(corpus_changes)
+                self.write_summary()
+        self.experiment = resumes.experiment_record(self.cfg, corpus.cache_dir)
+
     def _record_changes(self, changes: list[resumes.Change]) -> None:
         """Settings this resume changed on purpose (train.resume_allow), into summary.json."""
         assert self.ckpt is not None
@@ -290,21 +309,7 @@ class Run:
         self.summary.update(device=device_label(device))
         model = instantiate(cfg["model"]).to(device)
         corpus = run_corpus(cfg, self._progress_enabled())
-        if self.ckpt is not None:  # the corpus it was trained on, by its files' hashes
-            try:
-                corpus_changes = resumes.check_corpus(
-                    self.ckpt.state.get(checkpoint.EXPERIMENT_KEY),
-                    self.ckpt.path,
-                    corpus.cache_dir,
-                    self.train.resume_allow,
-                )
-            except ResumeRefused as e:
-                raise LeftAsItWas(e) if self.previous is not None else e from None
-            if corpus_changes:
-                self.decision.changes = [*self.decision.changes, *corpus_changes]
-                self._record_changes(corpus_changes)
-                self.write_summary()
-        self.experiment = resumes.experiment_record(cfg, corpus.cache_dir)
+        self._adopt_corpus(corpus)
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
         self.summary.update(
             formula=log_model(model, cfg),

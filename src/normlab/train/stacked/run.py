@@ -38,11 +38,9 @@ from normlab.metrics import names
 from normlab.metrics.sinks import JsonlSink
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.train import checkpoint, memory, outcome
-from normlab.train import resume as resumes
 from normlab.train.build import device_label, log_model, pick_device, run_corpus
 from normlab.train.callbacks import Callback, LoopResult
 from normlab.train.checkpoint import LAST
-from normlab.train.resume import LeftAsItWas, ResumeRefused
 from normlab.train.run import Run
 from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE
 from normlab.train.sample import generate
@@ -85,23 +83,8 @@ class MemberRun(Run):
         return model
 
     def prepare_member(self, model: torch.nn.Module, corpus: TokenCorpus, device: torch.device) -> None:
-        """As Run._build: a resumed member's corpus checked against its checkpoint's (by the files' hashes),
-        what its checkpoints will record of the experiment, and the summary's description of the run."""
-        if self.ckpt is not None:
-            try:
-                corpus_changes = resumes.check_corpus(
-                    self.ckpt.state.get(checkpoint.EXPERIMENT_KEY),
-                    self.ckpt.path,
-                    corpus.cache_dir,
-                    self.train.resume_allow,
-                )
-            except ResumeRefused as e:
-                raise LeftAsItWas(e) if self.previous is not None else e from None
-            if corpus_changes:
-                self.decision.changes = [*self.decision.changes, *corpus_changes]
-                self._record_changes(corpus_changes)
-                self.write_summary()
-        self.experiment = resumes.experiment_record(self.cfg, corpus.cache_dir)
+        """As Run._build: its corpus adopted (Run._adopt_corpus) and the summary's description of the run."""
+        self._adopt_corpus(corpus)
         self.summary.update(
             device=device_label(device),
             baseline_unigram_loss=baseline_unigram_loss(corpus),
