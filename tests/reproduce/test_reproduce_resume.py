@@ -3,6 +3,7 @@ that continues, and running it again continues a finding's sweep instead of dele
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -188,3 +189,93 @@ def test_a_signal_between_findings_starts_nothing_more(tmp_path, signum, monkeyp
     rc = main(["xiong_warmup", "rmsnorm_speed", "--no-perturb", "--out", str(tmp_path / "out")])
     assert rc == 128 + signum and started == ["xiong_warmup"]
     assert "continue with: python scripts/reproduce.py xiong_warmup rmsnorm_speed" in capsys.readouterr().err
+
+
+def sleeping_python(tmp_path: Path, seconds: float) -> Path:
+    """A stand-in for a preset's sweep that makes its sweep directory, sleeps `seconds` and exits 0."""
+    stub = tmp_path / f"python_{seconds}"
+    stub.write_text(
+        f"#!{sys.executable}\nimport pathlib, sys, time\n"
+        "sweep = [a.split('=', 1)[1] for a in sys.argv if a.startswith('hydra.sweep.dir=')][0]\n"
+        "pathlib.Path(sweep).mkdir(parents=True, exist_ok=True)\n"
+        f"time.sleep({seconds})\n"
+    )
+    stub.chmod(0o755)
+    return stub
+
+
+def test_a_continued_finding_reports_the_time_of_every_session_not_the_last_ones_few_seconds(
+    tmp_path, monkeypatch
+):
+    """The report quotes a finding's wall time from timings.json: a second session that finds the sweep
+    done adds its seconds to the first's (hand-added here), and the earlier start is kept."""
+    import functools
+
+    import normlab.study.reproduce as reproduce
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(reproduce, "build_report", lambda *a: (out / "REPORT.md", {}))
+    for seconds in (1.0, 0.0):
+        monkeypatch.setattr(
+            reproduce,
+            "run_preset",
+            functools.partial(run_preset, python=str(sleeping_python(tmp_path, seconds))),
+        )
+        assert main(["xiong_warmup", "--out", str(out)]) == 0
+        timings = json.loads((out / "timings.json").read_text())
+        if seconds:
+            first = timings["findings"]["xiong_warmup"]
+    record = timings["findings"]["xiong_warmup"]
+    assert first["wall_s"] >= 2.0 and "sessions" not in first  # the preset and its perturbed sweep
+    second_s = [s["wall_s"] for s in timings["sessions"]][1]
+    assert record["sessions"] == 2 and record["started"] == first["started"]
+    assert first["wall_s"] < record["wall_s"] <= first["wall_s"] + second_s + 0.2
+    assert record["perturbed"]["wall_s"] >= first["perturbed"]["wall_s"] >= 1.0
+    assert record["perturbed"]["wall_s"] < record["wall_s"]
+    assert timings["unfinished"] == {}
+
+
+def test_the_seconds_of_a_session_killed_mid_sweep_count_when_the_finding_is_finished(tmp_path, monkeypatch):
+    """A session killed outright (SIGKILL: no handler runs) while a sweep runs: the seconds it spent are in
+    timings.json (saved every TICK_S while the sweep runs) and the session that finishes the finding adds
+    them, counting both sessions."""
+    import functools
+
+    import normlab.study.reproduce as reproduce
+
+    out = tmp_path / "out"
+    slow = sleeping_python(tmp_path, 30.0)
+    driver = (
+        "import functools, sys\n"
+        "import normlab.study.reproduce as r\n"
+        f"r.run_preset = functools.partial(r.run_preset, python={str(slow)!r})\n"
+        "r.TICK_S = 0.05\n"
+        f"r.main(['xiong_warmup', '--no-perturb', '--out', {str(out)!r}])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-c", driver], env=env)
+    path, spent = out / "timings.json", 0.0
+    deadline = time.monotonic() + 120
+    while spent < 1.0:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+        with contextlib.suppress(ValueError, OSError):  # read while it is being written
+            spent = (
+                json.loads(path.read_text()).get("unfinished", {}).get("xiong_warmup", {}).get("wall_s", 0.0)
+            )
+    proc.kill()
+    proc.wait()
+    killed = json.loads(path.read_text())
+    assert "xiong_warmup" not in killed["findings"] and killed["unfinished"]["xiong_warmup"]["sessions"] == 1
+    lost = killed["unfinished"]["xiong_warmup"]["wall_s"]
+    monkeypatch.setattr(reproduce, "build_report", lambda *a: (out / "REPORT.md", {}))
+    monkeypatch.setattr(
+        reproduce, "run_preset", functools.partial(run_preset, python=str(sleeping_python(tmp_path, 0.0)))
+    )
+    assert main(["xiong_warmup", "--no-perturb", "--out", str(out)]) == 0
+    timings = json.loads(path.read_text())
+    record = timings["findings"]["xiong_warmup"]
+    assert (
+        record["sessions"] == 2 and lost <= record["wall_s"] <= lost + timings["sessions"][0]["wall_s"] + 0.2
+    )
+    assert timings["unfinished"] == {}

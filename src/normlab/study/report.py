@@ -274,6 +274,8 @@ def finding_section(
         lines.append(describe_runs(rs))
     if record:
         timing = f"Wall time {fmt_duration(record.get('wall_s'))}"
+        if record.get("sessions", 1) > 1:  # continued after a stop: the seconds of every session together
+            timing += f" (over {record['sessions']} sessions)"
         measured = record.get(MEASURE_S, record.get("profile_s"))
         if measured is not None:
             what = ", ".join(m.key for m in finding.measurements) or "measurements"

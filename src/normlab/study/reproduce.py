@@ -36,7 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -176,6 +176,39 @@ class Forward:
 
 
 STARTED = "started"  # timings.json: the command each finding's sweep was started with, before it ends
+# timings.json: the seconds spent on each finding by sessions that ended before it did (a stop, a crash,
+# a machine taken back), kept up to date every TICK_S seconds while a sweep runs
+UNFINISHED = "unfinished"
+TICK_S = 60.0
+
+
+def combined(
+    current: dict[str, Any], earlier: dict[str, Any] | None, unfinished: dict[str, Any]
+) -> dict[str, Any]:
+    """A finding's timing record over every session that worked on it: a continued sweep's seconds are
+    added to the seconds already spent (`earlier`, the record of a session that finished it with the same
+    command, and `unfinished`, the seconds and number of sessions that stopped before it ended), so a report
+    never quotes a resume's few seconds as what the finding cost. The parts (calibration, perturbed sweep)
+    add up the same way; time from unfinished sessions counts in the total only, as its parts are unknown."""
+    unfinished_s, unfinished_n = unfinished.get("wall_s", 0.0), unfinished.get("sessions", 0)
+    if earlier is None and unfinished_n == 0:
+        return current
+    record = dict(current)
+    record["sessions"] = (earlier.get("sessions", 1) if earlier else 0) + unfinished_n + 1
+    record["wall_s"] = round(current["wall_s"] + (earlier or {}).get("wall_s", 0.0) + unfinished_s, 1)
+    if earlier is None:
+        return record
+    record["started"] = earlier.get("started", current.get("started"))
+    for key in ("sweep_s", MEASURE_S):
+        if key in current and key in earlier:
+            record[key] = round(current[key] + earlier[key], 1)
+    for part in ("calibration", "perturbed"):
+        if part in current and part in earlier:
+            record[part] = {
+                **current[part],
+                "wall_s": round(current[part]["wall_s"] + earlier[part]["wall_s"], 1),
+            }
+    return record
 
 
 def held_by_other_settings(sweep: Path, made_with: str | None, command: str) -> str | None:
@@ -197,11 +230,13 @@ def run_preset(
     calibration: bool = False,
     scale: str = "cpu",
     forward: Forward | None = None,
+    tick: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Run one preset's sweep (and its extra measurements), or with `perturbed` the same under the
     finding's perturbation, or with `calibration` its calibration sweep; return its timing record. A sweep
     already in OUT is continued (train.resume=auto: finished jobs kept, the others resumed or started), never
-    deleted. Raises Stopped when a signal stopped it (the sweep saved its running jobs)."""
+    deleted. Raises Stopped when a signal stopped it (the sweep saved its running jobs). `tick` is called
+    every TICK_S seconds while the sweep runs."""
     sweeps = out / "sweeps"
     sweep = sweeps / finding.name
     if perturbed:
@@ -238,8 +273,11 @@ def run_preset(
         try:
             while True:
                 try:
-                    rc = forward.process.wait()
+                    rc = forward.process.wait(timeout=TICK_S)
                     break
+                except subprocess.TimeoutExpired:
+                    if tick is not None:
+                        tick()
                 except KeyboardInterrupt:  # a handler other than ours: pass it on and keep waiting
                     forward.handle(signal.SIGINT)
         finally:
@@ -423,26 +461,56 @@ def run_finding(
     # recorded before the sweep starts, so that one stopped half-way is continued with the same settings
     timings.setdefault(STARTED, {})[name] = command
     save_timings(out, timings)
+    # the time already spent on the sweeps this session continues (none if they are not there any more)
+    sweep = out / "sweeps" / name
+    there = any(d.exists() for d in (sweep, calibration_dir(sweep), perturbed_dir(sweep)))
+    earlier = timings["findings"].get(name) if there and made_with == command else None
+    unfinished = timings.setdefault(UNFINISHED, {})
+    before = unfinished.get(name, {}) if there else {}
+    t0 = time.perf_counter()
+
+    def tick() -> None:  # this session's seconds so far, saved in case it ends before the finding does
+        timings[UNFINISHED][name] = {
+            "wall_s": round(before.get("wall_s", 0.0) + time.perf_counter() - t0, 1),
+            "sessions": before.get("sessions", 0) + 1,
+        }
+        save_timings(out, timings)
+
+    try:
+        record = _run_parts(finding, out, args, forward, tick)
+    except Stopped:
+        tick()
+        raise
+    record["session"] = started.isoformat(timespec="seconds")
+    timings["findings"][name] = combined(record, earlier, before)
+    timings[UNFINISHED].pop(name, None)
+    save_timings(out, timings)
+    return timings["findings"][name]
+
+
+def _run_parts(
+    finding: Finding, out: Path, args: argparse.Namespace, forward: Forward, tick: Callable[[], None]
+) -> dict[str, Any]:
+    """This session's calibration, preset and perturbed sweeps of one finding, in one timing record."""
     calibrated = None
     if args.calibrate and finding.calibration is not None:
         print("    calibration (seeds the verdict does not use)", flush=True)
         calibrated = run_preset(
-            finding, out, args.override, calibration=True, scale=args.scale, forward=forward
+            finding, out, args.override, calibration=True, scale=args.scale, forward=forward, tick=tick
         )
-    record = run_preset(finding, out, args.override, scale=args.scale, forward=forward)
+    record = run_preset(finding, out, args.override, scale=args.scale, forward=forward, tick=tick)
     if calibrated is not None:
         record["calibration"] = {k: calibrated[k] for k in ("command", "rc", "wall_s")}
         record["wall_s"] = round(record["wall_s"] + calibrated["wall_s"], 1)
         record["rc"] = record["rc"] or calibrated["rc"]
     if finding.perturbation is not None and not args.no_perturb:
         print(f"    perturbed: {finding.perturbation.label}", flush=True)
-        second = run_preset(finding, out, args.override, perturbed=True, scale=args.scale, forward=forward)
+        second = run_preset(
+            finding, out, args.override, perturbed=True, scale=args.scale, forward=forward, tick=tick
+        )
         record["perturbed"] = {k: second[k] for k in ("command", "rc", "wall_s")}
         record["wall_s"] = round(record["wall_s"] + second["wall_s"], 1)
         record["rc"] = record["rc"] or second["rc"]
-    record["session"] = started.isoformat(timespec="seconds")
-    timings["findings"][name] = record
-    save_timings(out, timings)
     return record
 
 
