@@ -70,3 +70,21 @@ def test_every_story_has_a_beginning_and_an_ending(sample: list[str]) -> None:
         assert "\n\n" in story  # paragraphs
         assert not re.search(r"[.!?] [a-z]", story), story  # sentences start with a capital
         assert "{" not in story and "}" not in story  # no unfilled template slot
+
+
+def test_every_word_table_in_the_json_is_read_by_the_generator():
+    """Unused word lists do not linger in synthetic_words.json: each of its tables is read by
+    synthetic_words.py (a table left behind after its constant went would fail here)."""
+    import inspect
+    import json
+    import re
+    from importlib import resources
+
+    import normlab.data.synthetic_words as words
+
+    tables = json.loads(
+        resources.files("normlab.data").joinpath(words.WORDS_FILE).read_text(encoding="utf-8")
+    )
+    read = set(re.findall(r'(?:_WORDS\[|_table\()"([a-z_]+)"', inspect.getsource(words)))
+    assert set(tables) - read == set(), "tables nothing reads"
+    assert read - set(tables) == set(), "tables read but not in the file"
