@@ -224,3 +224,12 @@ def test_equivalence_at_the_margin_is_rarely_called_equal():
         lambda e: classify_equivalence(e, m),
     )
     assert equal.get(REPRODUCED, 0.0) >= 0.85
+
+
+def test_the_rule_printed_in_the_report_is_fully_formatted_and_names_the_interval_the_tables_use():
+    """REPORT.md prints RULE verbatim: no placeholder may survive, and the interval it names is the one the
+    tables show (CONFIDENCE)."""
+    from normlab.study.verdicts import CONFIDENCE, RULE
+
+    assert "{" not in RULE and "}" not in RULE
+    assert f"two-sided {100 * CONFIDENCE:.0f} % confidence interval" in RULE
