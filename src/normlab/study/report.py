@@ -486,8 +486,8 @@ def build_report(
     if totals:
         lines += [totals, ""]
     lines += [
-        "Each preset runs its jobs with Hydra's joblib launcher, one job per core and one torch thread per "
-        "job (`hydra/launcher=joblib`, `n_jobs` = cores). Numbers are measured on small models over a few "
+        "Each preset runs its jobs under `hydra/launcher=joblib` — normlab's local pool, each job a process "
+        "of its own — one job per core and one torch thread per job (`n_jobs` = cores). Numbers are measured on small models over a few "
         "hundred steps: a finding that does not reproduce here may still hold at the paper's scale, and the "
         "report says so rather than tuning the presets until it does.",
         "",
