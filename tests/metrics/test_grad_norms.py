@@ -83,7 +83,7 @@ def test_declared_roles_group_as_the_parameter_names_did(qk_norm):
     (a placement with a block of its own may hold norms the name rule misses: the reason roles are declared)."""
     from normlab.metrics.layout import parameter_part
     from normlab.model import GPT, NORMS, PLACEMENTS
-    from normlab.model.gpt import BLOCKS
+    from normlab.model.blocks import BLOCKS
 
     for norm in NORMS:
         for placement in [p for p in NORMS[norm].placements or PLACEMENTS if p not in BLOCKS]:

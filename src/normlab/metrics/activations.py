@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from normlab.metrics import names
-from normlab.model.gpt import ForwardTaps, stream_rms
+from normlab.model.blocks import ForwardTaps, stream_rms
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from normlab.metrics.histograms import DeviceHistogram, layer_grad_histograms, t
 from normlab.metrics.instruments import InstrumentConfig
 from normlab.metrics.layout import ParamLayout
 from normlab.metrics.updates import param_norm_keys, update_ratio_keys
-from normlab.model.gpt import ForwardTaps
+from normlab.model.blocks import ForwardTaps
 from normlab.train.stacked.model import StackedModel
 
 
