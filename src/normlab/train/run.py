@@ -4,7 +4,7 @@ The order matters for "nothing lost":
 
 1. the run directory (normlab.train.run_dir): created, locked (one run at a time), stale temporary files of a
    killed writer removed;
-2. start: the config checked against its dataclasses (normlab.config.checked); train.resume decided and
+2. start (normlab.train.run_start): the config checked against its dataclasses (normlab.config.checked); train.resume decided and
    checked (normlab.train.resume: with auto, what the directory holds decides whether to skip, resume or
    start; the checkpoint must be of the same model and experiment, and metrics.jsonl must hold every step
    it has trained) — a bad value or another experiment is `invalid`, a missing or damaged checkpoint or a
@@ -15,8 +15,8 @@ The order matters for "nothing lost":
    W&B run, and the trainer;
 4. train: the loop, with signals deferred to step boundaries (train.signals); at its end — completed,
    diverged or interrupted — pending metrics are flushed, checkpoints/last.pt written, then summary.json;
-5. finish (`_finish`): the one place summary.json's final fields are put together, for the loop's ending as for an
-   ending by an exception (`Ending`), all written atomically.
+5. finish (`_finish`, normlab.train.run_end): the one place summary.json's final fields are put together,
+   for the loop's ending as for an ending by an exception (`Ending`), all written atomically.
 
 `execute` returns the summary for every ending but a crash (a bug: the summary records the traceback and
 the exception is raised again) and a run directory it cannot use (UserError: nothing can be written there).
@@ -24,48 +24,42 @@ the exception is raised again) and a run directory it cannot use (UserError: not
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from normlab.config import checked
 from normlab.config.groups import TrainConfig
 from normlab.data import TokenCorpus
-from normlab.data.unigram import baseline_unigram_loss, did_learn
+from normlab.data.unigram import baseline_unigram_loss
 from normlab.distributed import SINGLE, Dist
-from normlab.errors import UserError
 from normlab.io import write_text_atomic
 from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
-from normlab.metrics.sinks import JsonlSink, read_rows
+from normlab.metrics.sinks import JsonlSink
 from normlab.metrics.wandb_sink import WandbSink
 from normlab.summary import SUMMARY_FILE, RunSummary
-from normlab.train import checkpoint, diagnosis, flops, memory, outcome, step_time
-from normlab.train import resume as resumes
+from normlab.train import checkpoint, memory, outcome, step_time
 from normlab.train.build import device_label, log_model, pick_device, run_corpus
 from normlab.train.callbacks import Callback, Checkpoints, LoopResult
 from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import Trainer
-from normlab.train.outcome import Ending
 from normlab.train.progress import ProgressBar, ProgressLog
-from normlab.train.resume import Decision, LeftAsItWas, ResumeRefused
-from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory, describe_steps
+from normlab.train.resume import Decision, LeftAsItWas
+from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory
+from normlab.train.run_end import ResumeCommand, RunEnd
+from normlab.train.run_start import RunStart
 from normlab.train.sample import generate
 from normlab.train.signals import StopRequest, exit_code
 
 log = logging.getLogger("normlab")
-
-# Builds the command that continues a run: (run dir, train.resume value or None for a fresh start) → str.
-ResumeCommand = Callable[[Path, "str | None"], str]
 
 __all__ = ["Run"]
 
@@ -74,7 +68,7 @@ def default_resume_command(run_dir: Path, resume: str | None) -> str:
     return f"python train.py ... train.resume={resume}" if resume else "python train.py ..."
 
 
-class Run:
+class Run(RunStart, RunEnd):
     """The lifecycle of one training run in `run_dir`; `execute` returns the summary it wrote.
 
     `stop` is the stop request signals set (one is made if not given); `resume_command` builds the command
@@ -185,113 +179,6 @@ class Run:
             RunSummary.from_dict(self.previous).write(self.run_dir)
         else:  # it had none: not the `running` this run may have written
             (self.run_dir / SUMMARY_FILE).unlink(missing_ok=True)
-
-    # ------------------------------------------------------------------------------------------------
-    # start: the config, what to resume, `running`
-    # ------------------------------------------------------------------------------------------------
-
-    def _start(self) -> bool:
-        """Check the config and decide what train.resume continues (every check made), then say `running`;
-        False when train.resume=auto finds the run finished (its summary.json stays as it is)."""
-        self._echo_config()
-        self.cfg = checked(self.cfg_node)
-        self.train = TrainConfig.of(self.cfg["train"])
-        self._echo_config()
-        self._preflight()
-        # a resume of the run in this directory that is refused leaves it as it was
-        self.previous = resumes.previous_summary(self.run_dir, self.train.resume)
-        try:
-            self.decision = resumes.decide(self.cfg, self.run_dir)
-        except UserError as e:
-            raise LeftAsItWas(e) if self.previous is not None else e from None
-        if self.decision.skip:
-            self.summary = RunSummary.read(self.run_dir)
-            return False
-        # starting again drops the rows of a run that saved no checkpoint
-        self.restart = self.decision.restart
-        self.ckpt = self.decision.checkpoint
-        if self.ckpt is not None:
-            before = self.decision.previous or {}  # what earlier resumes of this run recorded
-            self.summary.update(
-                resumed_from=f"{self.ckpt.path} (step {self.ckpt.step})",
-                resume_changes=list(before.get("resume_changes") or []),
-                missing_steps=[*(before.get("missing_steps") or []), *map(list, self.decision.missing)],
-            )
-            self._record_changes(self.decision.changes)
-            if self.decision.missing:
-                log.warning(
-                    "resumed across steps without rows in metrics.jsonl (%s) on purpose: recorded in summary.json",
-                    describe_steps(self.decision.missing),
-                )
-        self.write_summary(status="running")
-        return True
-
-    def _adopt_corpus(self, corpus: TokenCorpus) -> None:
-        """A resumed run's corpus must be the one its checkpoint was trained on (by its files' hashes; a
-        deliberate change is recorded); then what its checkpoints will record of the experiment."""
-        if self.ckpt is not None:
-            try:
-                corpus_changes = resumes.check_corpus(
-                    self.ckpt.state.get(checkpoint.EXPERIMENT_KEY),
-                    self.ckpt.path,
-                    corpus.cache_dir,
-                    self.train.resume_allow,
-                )
-            except ResumeRefused as e:
-                raise LeftAsItWas(e) if self.previous is not None else e from None
-            if corpus_changes:
-                self.decision.changes = [*self.decision.changes, *corpus_changes]
-                self._record_changes(corpus_changes)
-                self.write_summary()
-        self.experiment = resumes.experiment_record(self.cfg, corpus.cache_dir)
-
-    def _record_changes(self, changes: list[resumes.Change]) -> None:
-        """Settings this resume changed on purpose (train.resume_allow), into summary.json."""
-        assert self.ckpt is not None
-        for change in changes:
-            self.summary.resume_changes.append(change.record(self.ckpt.step))
-            log.warning(
-                "resumed at step %d with %s changed on purpose (%s → %s): recorded in summary.json",
-                self.ckpt.step,
-                change.key,
-                change.was,
-                change.now,
-            )
-
-    def _preflight(self) -> None:
-        """Say, before anything is built, which known failure this setup matches (normlab.train.diagnosis):
-        one warning line each, kept in summary.json's `preflight`."""
-        notes = [n.sentence for n in diagnosis.preflight(self.cfg)]
-        for sentence in notes:
-            log.warning("pre-flight: %s", sentence)
-        self.summary.update(preflight=notes)
-
-    def _echo_config(self) -> None:
-        """Copy the config's identity (norm, placement, depth, ...) into the summary, as far as it resolves."""
-        if self.cfg:
-            cfg = self.cfg
-        else:
-            try:
-                cfg = (
-                    OmegaConf.to_container(self.cfg_node, resolve=True)
-                    if OmegaConf.is_config(self.cfg_node)
-                    else dict(self.cfg_node)
-                )
-            except Exception:  # an unresolvable value: the check reports it
-                return
-
-        def pick(group: str) -> Any:
-            value = cfg.get(group)
-            return value.get("name") if isinstance(value, Mapping) else value
-
-        self.summary.update(
-            norm=pick("norm"),
-            placement=pick("placement"),
-            depth=cfg.get("depth"),
-            warmup_steps=cfg.get("warmup_steps"),
-            seed=cfg.get("seed"),
-            name=cfg.get("name"),
-        )
 
     # ------------------------------------------------------------------------------------------------
     # build: device, model, data, W&B, trainer
@@ -440,108 +327,3 @@ class Run:
             tiny_flops_ratio=step_time.tiny_flops_ratio(self.cfg) if trainer.device.type == "cpu" else None,
         )
         return [ProgressBar(max_steps, trainer.step, name, bar, per_step), lines]
-
-    # ------------------------------------------------------------------------------------------------
-    # finish: summary.json, the one place its final fields are put together
-    # ------------------------------------------------------------------------------------------------
-
-    def write_summary(self, **fields: Any) -> RunSummary:
-        self.summary.update(
-            **fields, started_at=round(self.started, 3), wall_time_s=round(time.time() - self.started, 3)
-        )
-        if self.dist.is_main:
-            self.summary.write(self.run_dir)
-        if self.summary.status != "running":  # the final summary: later signals change nothing
-            self.stop.settle(self.summary.status)
-        return self.summary
-
-    def _finish(
-        self, ending: Ending, loop: tuple[Trainer, LoopResult, list[dict[str, Any]]] | None = None
-    ) -> RunSummary:
-        """Write summary.json for `ending`. Its numbers come from the loop where the loop ended the run
-        (`loop`: the trainer, its result and the rows kept from before a resume), else from the rows
-        metrics.jsonl holds; a crash adds its traceback."""
-        fields: dict[str, Any] = {"status": ending.status, "reason": ending.reason}
-        if loop is not None:
-            fields.update(self._loop_fields(*loop))
-        elif ending.status == "crashed":
-            fields["traceback"] = ending.traceback
-        else:
-            fields.update(self._row_fields(ending))
-        if ending.status == "interrupted":
-            fields["signal"] = ending.signal
-        if ending.status in ("failed", "interrupted"):
-            fields["resume_command"] = self._continue_command(trained=loop is not None)
-        elif loop is None and ending.status != "crashed":
-            fields["resume_command"] = None
-        return self.write_summary(**fields)
-
-    def _loop_fields(
-        self, trainer: Trainer, result: LoopResult, previous: list[dict[str, Any]]
-    ) -> dict[str, Any]:
-        losses = outcome.run_losses(previous, result.train_losses)
-        numbers = outcome.after_training(
-            previous,
-            losses,
-            result.val_losses.values(),
-            result.tokens_per_s,
-            self.train.flush_every,
-        )
-        fields = dict(
-            steps=result.steps,
-            diverged_at=result.diverged_at,
-            final_val_loss=result.val_losses.get(result.steps) if result.status == "completed" else None,
-            learned=did_learn(numbers["best_val_loss"], self.summary.baseline_unigram_loss),
-            **numbers,
-            **trainer.monitor.summary(),
-            mfu=flops.mfu(numbers["tokens_per_s"], trainer.flops_per_token, trainer.peak_flops),
-            load_avg=outcome.load_average(),
-        )
-        known = {
-            "status": result.status,
-            "baseline_unigram_loss": self.summary.baseline_unigram_loss,
-            **fields,
-        }
-        note = diagnosis.cause(self.cfg, known, losses)
-        return {**fields, "diagnosis": note.sentence if note is not None else None}
-
-    def _row_fields(self, ending: Ending) -> dict[str, Any]:
-        """The steps, and the numbers of the rows before them, of a run an exception ended: a stop before or
-        without saving counts the steps the checkpoint holds; any other ending after the trainer was built
-        counts its steps."""
-        if ending.status == "interrupted":
-            steps = self._steps()
-            counted = self.ckpt is not None and not ending.forced  # what the rows of the run resumed say
-            return {"steps": steps, **(self._fields_from_metrics(steps) if counted else {})}
-        if self.trainer is None:
-            return {}
-        return {"steps": self.trainer.step, **self._fields_from_metrics(self.trainer.step)}
-
-    def _steps(self) -> int:
-        """The steps the model holds now: the trainer's, else the checkpoint's it will resume from, else 0."""
-        if self.trainer is not None:
-            return self.trainer.step
-        return self.ckpt.step if self.ckpt is not None else 0
-
-    def _fields_from_metrics(self, before: int) -> dict[str, Any]:
-        path = self.run_dir / METRICS_FILE
-        if not path.is_file():
-            return {}
-        try:
-            lines, _ = read_rows(path)
-        except OSError:
-            return {}
-        return outcome.from_rows([json.loads(line) for line in lines], before)
-
-    def _continue_command(self, trained: bool) -> str | None:
-        """How to continue: from this run's own checkpoint if a readable one is there (always, after the loop
-        saved last.pt), else from the one it resumed; where every checkpoint there is damaged, with
-        train.resume=auto, which starts the run again from step 0 (repeating the command would fail again)."""
-        own = self.run_dir / CHECKPOINT_DIR
-        if trained or checkpoint.newest(own) is not None:
-            return self.resume_command(self.run_dir, str(self.run_dir))
-        if checkpoint.candidates(own):
-            return self.resume_command(self.run_dir, "auto")
-        if self.ckpt is not None:
-            return self.resume_command(self.run_dir, str(self.train.resume))
-        return None
