@@ -8,8 +8,10 @@ backward train them all (`hydra/launcher=stacked`, docs/scaling.md "When to stac
 - `head.py`: the LM head and objective of every member (the fused CPU head member by member, elsewhere
   one batched matrix product);
 - `probe.py`: the instrumented steps' measurements, per member;
-- `trainer.py`: `StackedTrainer`, the loop; each member's rows go through the single run's `PendingRows`,
-  `Monitor` and callbacks;
+- `trainer.py`: `StackedTrainer`, one step of every member, evaluation and each member's state in a single
+  run's checkpoint format;
+- `loop.py`: `StackedLoop`, the trainer's loop and each member's ending; each member's rows go through the
+  single run's `PendingRows`, `Monitor` and callbacks;
 - `run.py`: `StackedRun`, the members' `Run`s (their directories, starts, summaries, checkpoints and
   W&B runs) around one `StackedTrainer`.
 """
