@@ -16,11 +16,11 @@ in scripts and display inline in a notebook. What every figure does so that it h
   and the figure names what lies beyond it and how far (`cuts`); titles are rewrapped to fit the figure.
 
 Modules, one per family of figures, each holding everything only its figures draw: `step_curves`
-(loss, gradient norm, model update: mean lines and bands, spike and divergence markers, the cut y
-axis), `layer_panels` (per-layer metrics over training: line panels, heatmaps, the cut colour scale),
-`layer_profiles` (per-layer profiles: gradient at initialisation, residual-stream RMS, layer
-importance), `grid` (final values over two keys); what they share is `base` (styles, legends, titles,
-identical-curve notes, step ticks, log axes).
+(loss, gradient norm, model update: mean lines and bands, spike and divergence markers), `layer_panels`
+(per-layer metrics over training: line panels, heatmaps), `layer_profiles` (per-layer profiles:
+gradient at initialisation, residual-stream RMS, layer importance), `grid` (final values over two keys);
+what they share is `base` (styles, legends, titles, identical-curve notes, step ticks, log axes) and
+`cuts` (a cut y axis and a cut colour scale, each marked and its overshoot named).
 """
 
 from __future__ import annotations
