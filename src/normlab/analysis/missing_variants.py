@@ -3,7 +3,8 @@
 update is logged only where a block normalises the residual stream itself, for one).
 
 Its own module because it is not a reading of the figure's numbers (captions) but of which runs have the
-figure's data at all.
+figure's data at all. docs/metrics.md's table of figures shows each one's metric and reason from
+FAMILIES (`metrics_reference`).
 """
 
 from __future__ import annotations
