@@ -14,8 +14,8 @@ write_report(rs, "outputs/compare/mine", grid="depth,warmup_steps")  # report.md
 from normlab.analysis.load import NoRunsFound, RunSet, find_run_dirs, load_runs, varying_keys
 from normlab.analysis.narrative import contrasts, report_sentences
 from normlab.analysis.plots import FIGURES, NoData, grid_cells, plot_grid, save
-from normlab.analysis.report import Report, default_out_dir, write_report
 from normlab.analysis.stats import fmt_mean_std, layer_columns, seed_stats, summary_table
+from normlab.analysis.sweep_report import Report, default_out_dir, write_report
 
 # Every report figure's function is exported here under its own name (`from normlab.analysis import
 # plot_loss`), taken from FIGURES, so a new figure is one FigureSpec and no second list of names to keep.

@@ -1,8 +1,11 @@
-"""report.md and report.html: warnings, the summary table and the effects table each with generated
-sentences (normlab.analysis.narrative), every figure that has data, diverged and invalid runs, all runs.
+"""A sweep's report.md and report.html (`write_report`, `Report`): warnings, the summary table and the
+effects table each with generated sentences (normlab.analysis.narrative), every figure that has data,
+diverged and invalid runs, all runs.
 
 report.html is the same report as one self-contained file (figures and CSVs embedded as data: URIs,
 styles inline) that can be mailed or opened anywhere.
+
+Named for what it writes, a sweep's report, apart from the study's REPORT.md of findings (normlab.study).
 """
 
 from __future__ import annotations
