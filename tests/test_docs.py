@@ -193,6 +193,37 @@ def test_the_config_reference_is_generated_from_the_dataclasses() -> None:
         assert key in render(), key
 
 
+def test_the_metrics_tables_are_generated_from_the_names_and_the_figures() -> None:
+    """docs/metrics.md's tables of metric names and report figures are what `python
+    scripts/metrics_reference.py` writes from names.py and FIGURES, and its prose says what every name
+    measures: a name or a figure added without regenerating or documenting it fails here."""
+    from normlab.analysis.metrics_reference import PAGE, SCRIPT, render, undocumented
+    from normlab.analysis.plots import FIGURES
+
+    text = (ROOT / PAGE).read_text()
+    assert text == render(text), f"{PAGE}: run {SCRIPT}"
+    assert undocumented(text) == [], f"{PAGE}: say in its sections what each of these names measures"
+    for row in (
+        "| `loss` | `names.LOSS` |",
+        "| `grad_norm/layer_{i}` | `names.grad_norm_layer(i)` |",
+        "| `grad_norm/layer_{i}/{part}` | `names.grad_norm_sublayer(i, part)` |",
+        "| `logits/log_z` | `names.LOGIT_LOG_Z` |",
+        "| `model_update.png` | Model update since initialisation | `plot_model_update(rs, logx=…)` | "
+        "`model_update` |",
+        "| `grad_norm_layers.png` | Per-layer gradient norm over training | `plot_grad_heatmap(rs)` | "
+        "`grad_norm/layer_{i}` |",
+    ):
+        assert row in text, row
+    assert all(f"| `{spec.filename}` |" in text for spec in FIGURES)
+    # the checks can fail: a stale table, a name the prose never writes, a page without the markers
+    stale = text.replace("| `logits/log_z` | `names.LOGIT_LOG_Z` |\n", "")
+    assert stale != text and render(stale) == text
+    unsaid = text.replace("`val_ppl`", "val_ppl").replace("`grad_norm/layer_{i}/ffn`", "ffn")
+    assert undocumented(unsaid) == ["val_ppl", "grad_norm/layer_{i}/{part}"]
+    with pytest.raises(ValueError, match="no region"):
+        render("a page without its markers")
+
+
 def test_the_tables_of_norms_and_placements_are_generated_from_the_registries() -> None:
     """README.md's and docs/model.md's tables of norms and placements are what `python
     scripts/config_reference.py` writes from NORMS and PLACEMENTS: a norm or placement added without

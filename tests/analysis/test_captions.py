@@ -11,7 +11,9 @@ import numpy as np
 from scipy import stats
 
 from normlab.analysis import load_runs, write_report
-from normlab.analysis.captions import caption, missing, spike_lines
+from normlab.analysis.captions import caption
+from normlab.analysis.missing_variants import missing
+from normlab.analysis.spike_events import spike_lines
 
 
 def test_every_drawn_figure_of_a_sweep_report_has_a_sentence_under_it(sweep, tmp_path):

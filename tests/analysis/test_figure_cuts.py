@@ -17,8 +17,7 @@ from matplotlib.colors import to_rgba
 
 from normlab.analysis import load_runs
 from normlab.analysis.plots import FIGURES, NoData, plot_grid, plot_loss
-from normlab.analysis.plots.layer_panels import colour_cut_note, log_colour_scale
-from normlab.analysis.plots.step_curves import CUT_GID
+from normlab.analysis.plots.cuts import CUT_GID, colour_cut_note, log_colour_scale
 
 SPIKE_STEP, SPIKE_LOSS = 8, 50.0  # the crafted runs start near 6 nats: the spike is 8× their start
 

@@ -13,6 +13,7 @@ from matplotlib.patches import Rectangle
 
 from normlab.analysis import load_runs
 from normlab.analysis.plots import (
+    FIGURES,
     coinciding,
     layer_contributions,
     plot_act_rms,
@@ -206,3 +207,23 @@ def test_layer_ablation_figure_shows_each_runs_loss_increase_per_block(six, fab)
         ln for ln in ax.get_lines() if len(ln.get_ydata()) == len(mean) and np.allclose(ln.get_ydata(), mean)
     ]
     assert len(lines) == 1 and list(lines[0].get_xdata()) == list(range(fab.DEPTH))
+
+
+def test_every_report_figure_is_exported_by_its_name_from_the_one_list():
+    """FIGURES is the one list of figure functions: each is `normlab.analysis.NAME` and
+    `normlab.analysis.plots.NAME`, in __all__ and dir() of both, and __all__ names nothing that is not there."""
+    import normlab.analysis as analysis
+    from normlab.analysis import plots
+
+    assert len(FIGURES) >= 9
+    for module in (analysis, plots):
+        for spec in FIGURES:
+            name = spec.draw.__name__
+            assert name.startswith("plot_")
+            assert getattr(module, name) is spec.draw, (module.__name__, name)
+            assert name in module.__all__ and name in dir(module), (module.__name__, name)
+        assert all(hasattr(module, name) for name in module.__all__), module.__name__
+        assert len(set(module.__all__)) == len(module.__all__), module.__name__
+    namespace: dict = {}
+    exec("from normlab.analysis import *", namespace)
+    assert namespace["plot_layer_ablation"] is plot_layer_ablation and namespace["plot_loss"] is plot_loss

@@ -13,23 +13,19 @@ write_report(rs, "outputs/compare/mine", grid="depth,warmup_steps")  # report.md
 
 from normlab.analysis.load import NoRunsFound, RunSet, find_run_dirs, load_runs, varying_keys
 from normlab.analysis.narrative import contrasts, report_sentences
-from normlab.analysis.plots import (
-    FIGURES,
-    NoData,
-    grid_cells,
-    plot_act_rms,
-    plot_attn_max_logit,
-    plot_grad_heatmap,
-    plot_grad_norm,
-    plot_grad_profile_init,
-    plot_grid,
-    plot_loss,
-    plot_model_update,
-    plot_update_ratio,
-    save,
-)
-from normlab.analysis.report import Report, default_out_dir, write_report
+from normlab.analysis.plots import FIGURES, NoData, grid_cells, plot_grid, save
 from normlab.analysis.stats import fmt_mean_std, layer_columns, seed_stats, summary_table
+from normlab.analysis.sweep_report import Report, default_out_dir, write_report
+
+# Every report figure's function is exported here under its own name (`from normlab.analysis import
+# plot_loss`), taken from FIGURES, so a new figure is one FigureSpec and no second list of names to keep.
+# They are bound as real attributes of this module, not served by a PEP 562 `__getattr__`: dir(), `import
+# *`, help() and tab completion then show exactly what __all__ lists, where a `__getattr__` would hide them
+# from dir() unless a `__dir__` repeated the list, and would tell a type checker that any attribute of this
+# package (a misspelt `plot_los` too) is a figure. Type-checked code imports them from
+# normlab.analysis.plots, where each is a static import.
+FIGURE_FUNCTIONS = {spec.draw.__name__: spec.draw for spec in FIGURES}
+globals().update(FIGURE_FUNCTIONS)
 
 __all__ = [
     "FIGURES",
@@ -44,19 +40,12 @@ __all__ = [
     "grid_cells",
     "layer_columns",
     "load_runs",
-    "plot_act_rms",
-    "plot_attn_max_logit",
-    "plot_grad_heatmap",
-    "plot_grad_norm",
-    "plot_grad_profile_init",
     "plot_grid",
-    "plot_loss",
-    "plot_model_update",
-    "plot_update_ratio",
     "report_sentences",
     "save",
     "seed_stats",
     "summary_table",
     "varying_keys",
     "write_report",
+    *FIGURE_FUNCTIONS,
 ]

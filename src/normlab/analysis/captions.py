@@ -17,16 +17,14 @@ number is one per run, so seeds are compared as seeds:
 | model_update | DeepNet's model update at the last measured step |
 | layer_ablation | the largest loss rise from skipping one block |
 
-`missing` names the variants a figure leaves out and why (the model update is logged only where a block
-normalises the residual stream itself, for one). `spike_lines` says what the spike detector flagged in
-each variant, how large it was, and whether the loss carried it.
+Beside it in the report: the variants a figure leaves out and why (`missing_variants`), and what the
+spike detector flagged in each variant (`spike_events`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -431,147 +429,3 @@ def caption(key: str, rs: RunSet) -> str | None:
         return fn(rs)
     except (KeyError, ValueError, IndexError):  # a figure drawn from data too sparse for its number
         return None
-
-
-# ------------------------------------------------------------------------------------------ missing variants
-
-# what each figure draws (a metric, or the prefix of a per-layer family), and why a run may not have it
-FAMILIES = {
-    "loss": (names.LOSS, "no training loss in metrics.jsonl"),
-    "grad_norm": (names.GRAD_NORM, "no gradient norm in metrics.jsonl"),
-    "grad_profile_init": ("grad_norm/layer_", "no step-0 row with per-block gradient norms"),
-    "grad_norm_layers": ("grad_norm/layer_", "no per-block gradient norms (metrics.enabled=false)"),
-    "act_rms": ("act_rms/layer_", "no instrumented step (metrics.enabled=false, or it stopped first)"),
-    "attn_max_logit": (
-        "attn_max_logit/layer_",
-        "no instrumented step (metrics.enabled=false, or it stopped first)",
-    ),
-    "update_ratio": (
-        "update_ratio/layer_",
-        "no instrumented update (metrics.enabled=false, or it stopped first)",
-    ),
-    "model_update": (
-        names.MODEL_UPDATE,
-        "the model update is logged only where a block normalises the residual stream itself — post, "
-        "deepnorm, mixln, resi_dual (metrics.model_update=auto; metrics.model_update=true logs it for any run)",
-    ),
-    "layer_ablation": ("layer_ablation/layer_", "metrics.layer_ablation is off for them"),
-}
-
-
-def missing(key: str, rs: RunSet) -> str | None:
-    """'Not drawn: `ln, pre`, `rms, pre` — the model update is logged only …' for the variants that trained
-    but have none of the figure's data, None when every variant is drawn."""
-    if key not in FAMILIES:
-        return None
-    family, why = FAMILIES[key]
-    cols = [
-        c for c in rs.metrics.columns if c == family or (family.endswith("_") and str(c).startswith(family))
-    ]
-    if key == "grad_profile_init":
-        cols = list(layer_columns(rs.metrics.columns, names.grad_norm_layer).values())
-    have: set[str] = set()
-    if cols:
-        m = rs.metrics
-        if key == "grad_profile_init":
-            m = m[m[names.STEP] == 0]
-        rows = m[cols].apply(finite).notna().any(axis=1)
-        runs = set(m.loc[rows, "run"])
-        have = {str(rs.runs.loc[r, "variant"]) for r in runs if r in rs.runs.index}
-    trained = [v for v in rs.variants if (rs.valid["variant"] == v).any()]
-    absent = [v for v in trained if v not in have]
-    if not absent or len(absent) == len(trained):
-        return None
-    return f"Not drawn: {', '.join(f'`{v}`' for v in absent)} — {why}."
-
-
-# ------------------------------------------------------------------------------------------ spikes
-
-
-@dataclass(frozen=True)
-class SpikeEvent:
-    run: str
-    step: int
-    series: str  # loss | grad_norm
-    ratio: float  # the value over the median of the trend steps before it
-    loss_after: float  # training loss 10 steps later minus the median before (nats): did the loss carry it?
-
-
-TREND = 5
-AFTER = 10
-MATTERS_NATS = 0.1
-
-
-def spike_events(rs: RunSet) -> list[SpikeEvent]:
-    m = rs.metrics
-    events = []
-    for series, flag in names.SPIKE_SERIES.items():
-        if flag not in m or series not in m:
-            continue
-        for _, row in m[finite(m[flag]) == 1].iterrows():
-            run, step = str(row["run"]), int(row[names.STEP])
-            sub = m[m["run"] == run].set_index(names.STEP)
-            before = finite(sub.loc[(sub.index < step) & (sub.index >= step - TREND), series]).dropna()
-            ratio = float(row[series] / before.median()) if len(before) and before.median() > 0 else math.nan
-            loss_before = finite(
-                sub.loc[(sub.index < step) & (sub.index >= step - TREND), names.LOSS]
-            ).dropna()
-            later = finite(sub.loc[(sub.index > step) & (sub.index <= step + AFTER), names.LOSS]).dropna()
-            after = (
-                float(later.iloc[-1] - loss_before.median()) if len(later) and len(loss_before) else math.nan
-            )
-            events.append(SpikeEvent(run, step, series, ratio, after))
-    return sorted(events, key=lambda e: (e.run, e.step))
-
-
-def spike_lines(rs: RunSet) -> list[str]:
-    """Per variant with flagged spikes: what fired, when, how large, and whether the loss carried it."""
-    events = spike_events(rs)
-    if not events:
-        return []
-    variant_of = rs.runs["variant"]
-    warmup = rs.runs.get("warmup_steps")
-    lines = []
-    for variant in rs.variants:
-        mine = [e for e in events if variant_of.get(e.run) == variant]
-        if not mine:
-            continue
-        runs = sorted({e.run for e in mine})
-        n_runs = int((rs.valid["variant"] == variant).sum())
-        kinds = []
-        for series, label in ((names.LOSS, "loss"), (names.GRAD_NORM, "gradient-norm")):
-            of = [e for e in mine if e.series == series]
-            if of:
-                steps = ", ".join(str(e.step) for e in of[:6]) + (", …" if len(of) > 6 else "")
-                ratios = [e.ratio for e in of if math.isfinite(e.ratio)]
-                span = (
-                    f"{min(ratios):.2g}×"
-                    if min(ratios) == max(ratios)
-                    else f"{min(ratios):.2g}–{max(ratios):.2g}×"
-                )
-                size = f", {span} the median of the {TREND} steps before" if ratios else ""
-                kinds.append(f"{len(of)} {label} spike{'s' if len(of) != 1 else ''} (step {steps}{size})")
-        in_warmup = ""
-        if warmup is not None:
-            w = [float(warmup.get(e.run, 0) or 0) for e in mine]
-            share = sum(e.step < wi for e, wi in zip(mine, w, strict=True)) / len(mine)
-            in_warmup = f"; {share:.0%} during warm-up" if share else ""
-        carried = [e.loss_after for e in mine if math.isfinite(e.loss_after)]
-        if carried and max(carried) > MATTERS_NATS:
-            effect = (
-                f"the loss was still up to {max(carried):.2f} nats above its level before the spike {AFTER} steps "
-                "later: these jumps cost training"
-            )
-        elif carried:
-            effect = (
-                f"the loss {AFTER} steps later was back at or below its level before each spike (at most "
-                f"{max(carried):+.2f} nats): flagged jumps with no lasting effect"
-            )
-        else:
-            effect = "too close to the end to see the loss after them"
-        lines.append(
-            f"`{variant}` ({len(runs)} of {n_runs} run{'s' if n_runs != 1 else ''}): "
-            + " and ".join(kinds)
-            + f"{in_warmup} — {effect}."
-        )
-    return lines

@@ -11,7 +11,7 @@ import matplotlib
 
 from normlab.analysis.load import NoRunsFound, UnknownKey, load_runs, short_names
 from normlab.analysis.plots import DPI, FIGURES, NoData, plot_grad_norm, plot_loss, save
-from normlab.analysis.report import default_out_dir, summary_markdown, write_report
+from normlab.analysis.sweep_report import default_out_dir, summary_markdown, write_report
 from normlab.analysis.throughput import throughput_note
 
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from normlab.analysis import narrative
 from normlab.analysis.load import RunSet, load_runs, short_names
-from normlab.analysis.report import EFFECT_HEADERS, md_table
 from normlab.analysis.stats import layer_columns
+from normlab.analysis.sweep_report import EFFECT_HEADERS, md_table
 from normlab.metrics import names
 from normlab.summary import OUTCOME_FIELDS
 

@@ -16,11 +16,11 @@ in scripts and display inline in a notebook. What every figure does so that it h
   and the figure names what lies beyond it and how far (`cuts`); titles are rewrapped to fit the figure.
 
 Modules, one per family of figures, each holding everything only its figures draw: `step_curves`
-(loss, gradient norm, model update: mean lines and bands, spike and divergence markers, the cut y
-axis), `layer_panels` (per-layer metrics over training: line panels, heatmaps, the cut colour scale),
-`layer_profiles` (per-layer profiles: gradient at initialisation, residual-stream RMS, layer
-importance), `grid` (final values over two keys); what they share is `base` (styles, legends, titles,
-identical-curve notes, step ticks, log axes).
+(loss, gradient norm, model update: mean lines and bands, spike and divergence markers), `layer_panels`
+(per-layer metrics over training: line panels, heatmaps), `layer_profiles` (per-layer profiles:
+gradient at initialisation, residual-stream RMS, layer importance), `grid` (final values over two keys);
+what they share is `base` (styles, legends, titles, identical-curve notes, step ticks, log axes) and
+`cuts` (a cut y axis and a cut colour scale, each marked and its overshoot named).
 """
 
 from __future__ import annotations
@@ -41,31 +41,6 @@ from normlab.analysis.plots.layer_profiles import (
     plot_layer_ablation,
 )
 from normlab.analysis.plots.step_curves import plot_grad_norm, plot_loss, plot_model_update
-
-__all__ = [
-    "DPI",
-    "FIGURES",
-    "FigureSpec",
-    "GridCell",
-    "NoData",
-    "ReportFigure",
-    "coinciding",
-    "grid_cells",
-    "layer_contributions",
-    "log_y",
-    "plot_act_rms",
-    "plot_attn_max_logit",
-    "plot_grad_heatmap",
-    "plot_grad_norm",
-    "plot_grad_profile_init",
-    "plot_grid",
-    "plot_layer_ablation",
-    "plot_loss",
-    "plot_model_update",
-    "plot_update_ratio",
-    "save",
-    "step_ticks",
-]
 
 # ------------------------------------------------------------------------------------------ registry
 
@@ -104,6 +79,23 @@ FIGURES: tuple[FigureSpec, ...] = (
         plot_layer_ablation,
     ),
 )
+
+__all__ = [
+    "DPI",
+    "FIGURES",
+    "FigureSpec",
+    "GridCell",
+    "NoData",
+    "ReportFigure",
+    "coinciding",
+    "grid_cells",
+    "layer_contributions",
+    "log_y",
+    "plot_grid",
+    "save",
+    "step_ticks",
+    *(spec.draw.__name__ for spec in FIGURES),  # every report figure's function, listed once: in FIGURES
+]
 
 
 def save(fig: Figure, path: str | Path, dpi: int = DPI) -> Path:

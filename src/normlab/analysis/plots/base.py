@@ -2,7 +2,8 @@
 Figure class, fitted titles, each variant's style and legend entry, notes on identical curves, integer
 step ticks, log axes, panel layouts and which variants have a metric. Each figure family is one module
 beside this one: `step_curves` (loss, gradient norm, model update), `layer_panels` (per-layer metrics
-over training), `layer_profiles` (per-layer profiles), `grid` (final values over two keys)."""
+over training), `layer_profiles` (per-layer profiles), `grid` (final values over two keys); the cut
+scales two families draw are in `cuts`."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """Per-layer metrics over training, one panel per variant: one line per block (max attention logit,
-update ratio) or a layer × step heatmap (gradient norm).
-
-A heatmap's log colour scale spans every value but outliers: values more than RANGE_RATIO times beyond
-the 1st / 99.5th percentile (COLOUR_PERCENTILES), a few extreme cells that would turn every other cell
-one colour. Where it leaves some out, the colour bar gets an arrow at that end and the title names the
-variants with cells beyond the scale, how many, their extreme value, its step and how far out."""
+update ratio) or a layer × step heatmap (gradient norm; its log colour scale leaves out outliers and
+says so: `cuts.log_colour_scale`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,7 +24,6 @@ from normlab.analysis.plots.base import (
     agg_note,
     coinciding,
     fit_suptitle,
-    fmt_value,
     last_step,
     log_y,
     metric_family,
@@ -41,6 +35,7 @@ from normlab.analysis.plots.base import (
     step_ticks,
     variants_with,
 )
+from normlab.analysis.plots.cuts import colour_cut_note, log_colour_scale
 from normlab.analysis.stats import finite, layer_columns
 from normlab.metrics import names
 
@@ -208,84 +203,3 @@ def mark_duplicate_panels(ax_of: dict[str, Any], groups: list[list[str]], rs: Ru
             ax_of[v].set_title(
                 f"{v}\n= {group[0]} (identical)", color=darker(rs.colors[v]), fontsize=10, fontweight="bold"
             )
-
-
-# ------------------------------------------------------------------------------------ a cut colour scale
-
-COLOUR_PERCENTILES = (1.0, 99.5)  # a cut colour scale spans these percentiles of the cells' values
-MAX_LISTED = 4  # variants named one by one in a colour-cut note; the rest are counted
-
-
-@dataclass(frozen=True)
-class ColourScale:
-    """The limits of a log colour scale and, where they cut the data, what lies beyond them."""
-
-    vmin: float
-    vmax: float
-    above: tuple[tuple[str, float, int, int], ...] = ()  # (variant, largest value, its step, cells beyond)
-    below: tuple[tuple[str, float, int, int], ...] = ()  # (variant, smallest value, its step, cells beyond)
-
-    @property
-    def extend(self) -> str:
-        return {(True, True): "both", (True, False): "max", (False, True): "min"}.get(
-            (bool(self.above), bool(self.below)), "neither"
-        )
-
-
-def log_colour_scale(mats: Mapping[str, pd.DataFrame]) -> ColourScale | None:
-    """Limits of a log colour scale over the positive finite cells of per-variant step × column matrices.
-
-    The scale spans every value except outliers: values more than RANGE_RATIO times beyond the
-    COLOUR_PERCENTILES (a few cells that would turn every other cell one colour). Where there are
-    outliers, that end stops at the most extreme value that is not one, and the outliers are listed per
-    variant."""
-    cells = [m.to_numpy(dtype=float).ravel() for m in mats.values() if m.size]
-    allvals = np.concatenate(cells) if cells else np.zeros(0)
-    allvals = allvals[np.isfinite(allvals) & (allvals > 0)]
-    if allvals.size == 0:
-        return None
-    mn, mx = float(allvals.min()), float(allvals.max())
-    p_lo, p_hi = (float(x) for x in np.percentile(allvals, COLOUR_PERCENTILES))
-    inliers = allvals[(allvals >= p_lo / RANGE_RATIO) & (allvals <= RANGE_RATIO * p_hi)]
-    vmin, vmax = float(inliers.min()), float(inliers.max())
-    if vmax <= vmin:
-        vmin, vmax = mn, (mx if mx > mn else mn * 10)
-    above, below = [], []
-    for variant, m in mats.items():
-        values = m.to_numpy(dtype=float)
-        with np.errstate(invalid="ignore"):
-            high = np.isfinite(values) & (values > vmax)
-            low = np.isfinite(values) & (values > 0) & (values < vmin)
-        if high.any():
-            i = int(np.argmax(np.where(high, values, -np.inf)))
-            above.append(
-                (variant, float(values.flat[i]), int(m.index[i // values.shape[1]]), int(high.sum()))
-            )
-        if low.any():
-            i = int(np.argmin(np.where(low, values, np.inf)))
-            below.append((variant, float(values.flat[i]), int(m.index[i // values.shape[1]]), int(low.sum())))
-    return ColourScale(vmin, vmax, tuple(above), tuple(below))
-
-
-def colour_cut_note(scale: ColourScale) -> str:
-    """'' when the scale spans every value, else which variants' cells lie beyond it and how far."""
-    if not scale.above and not scale.below:
-        return ""
-    ends = [f"{fmt_value(scale.vmax)}"] if scale.above else []
-    ends += [f"{fmt_value(scale.vmin)}"] if scale.below else []
-    head = (
-        f"colour scale cut at {' and '.join(ends)} (arrows on the bar) to leave out cells over "
-        f"{RANGE_RATIO:g}× beyond the {COLOUR_PERCENTILES[0]:g}st–{COLOUR_PERCENTILES[1]:g}th percentiles"
-    )
-    parts = []
-    for side, rows, limit in (("above", scale.above, scale.vmax), ("below", scale.below, scale.vmin)):
-        if not rows:
-            continue
-        listed = [
-            f"{v} ({n} cells, {'up' if side == 'above' else 'down'} to {fmt_value(x)} at step {s}, "
-            f"{fmt_value(x / limit if side == 'above' else limit / x)}× beyond)"
-            for v, x, s, n in rows[:MAX_LISTED]
-        ]
-        more = f" and {len(rows) - MAX_LISTED} more" if len(rows) > MAX_LISTED else ""
-        parts.append(f"{side} it: " + ", ".join(listed) + more)
-    return head + "; " + "; ".join(parts)

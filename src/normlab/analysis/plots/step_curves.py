@@ -1,19 +1,12 @@
 """Curves over training steps — loss, global gradient norm, DeepNet's model update — and everything only
 they draw: mean lines with ± std bands, smoothing, spike and divergence markers, the steps the spike
-detector does not watch, and the cut y axis.
-
-Where a y axis is capped because a curve rises far above where every run started (more than
-CAP_OVER_START × the largest first-step value: an exploding loss would otherwise flatten every other
-curve to a line), the cut is marked on the axis (break marks at the top of both spines, a ▲ on the top
-edge at each peak beyond it, labelled with the peak's value) and a legend note names the variants beyond
-it, their peak, its step, how far above the cut it is, and the steps they spend beyond it."""
+detector does not watch, and every value an axis shows (what its cut y axis, `cuts.fit_y`, is fitted to)."""
 
 from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -35,16 +28,15 @@ from normlab.analysis.plots.base import (
     coincide_handles,
     coinciding,
     fit_suptitle,
-    fmt_value,
     last_step,
     log_y,
     new_figure,
-    note_handle,
     range_ratio,
     step_ticks,
     variant_handles,
     variant_styles,
 )
+from normlab.analysis.plots.cuts import first_value, fit_y, mark_y_cut
 from normlab.analysis.stats import finite, run_series, seed_stats
 from normlab.metrics import names
 
@@ -358,38 +350,7 @@ def marker_handles(spikes: bool, crosses: bool, spike_label: str = "loss spike")
     return out
 
 
-# ------------------------------------------------------------------------------------------ a cut y axis
-
-CAP_OVER_START = 1.25  # a y axis is capped at this × the largest first-step value when data goes above it
-PAD = 0.06  # of the shown range, above and below the data
-CUT_GID = "y-cut"  # gid of the ▲ markers and value labels a y cut draws (tests find them by it)
-
-
-@dataclass(frozen=True)
-class Overshoot:
-    """Where variants' values go above a cut axis (variants whose overshoot is the same share one)."""
-
-    variants: tuple[str, ...]
-    peak: float
-    step: int  # the step of the peak
-    first: int  # the first and last step with a value above the cut
-    last: int
-
-
-@dataclass(frozen=True)
-class YCut:
-    """An axis capped at `top` (its upper limit), and what goes above it."""
-
-    top: float
-    over: tuple[Overshoot, ...]
-
-
-def first_value(stats: pd.DataFrame) -> float | None:
-    """The largest mean at the first logged step (where every run starts): the reference for capping an axis."""
-    if stats.empty:
-        return None
-    start = stats[stats[names.STEP] == stats[names.STEP].min()]["mean"].max()
-    return float(start) if pd.notna(start) else None
+# ----------------------------------------------------------------------------- every value an axis shows
 
 
 def shown_values(
@@ -424,93 +385,3 @@ def shown_values(
         if not out.empty
         else pd.DataFrame(columns=["variant", names.STEP, "value"])
     )
-
-
-def fit_y(ax: Any, values: pd.DataFrame, start: float | None, order: Sequence[str] = ()) -> YCut | None:
-    """Fit the y axis to every value drawn (rows variant, step, value: lines, bands, markers), capped at
-    CAP_OVER_START × `start` (the largest first-step value) when values go above that. Returns the cut
-    (variants beyond it listed in `order`, the display order), or None when every value is inside the axis."""
-    if values.empty:
-        return None
-    v = values[np.isfinite(values["value"].to_numpy(dtype=float))]
-    if v.empty:
-        return None
-    lo, hi = float(v["value"].min()), float(v["value"].max())
-    capped = start is not None and np.isfinite(start) and start > 0 and hi > CAP_OVER_START * start
-    shown_hi = CAP_OVER_START * float(start) if capped else hi
-    shown_hi = max(shown_hi, lo)
-    pad = PAD * (shown_hi - lo) if shown_hi > lo else 0.5
-    top = shown_hi + pad
-    ax.set_ylim(lo - pad, top)
-    beyond = v[v["value"] > top]
-    if beyond.empty:
-        return None
-    return YCut(top, tuple(_overshoots(beyond, order)))
-
-
-def _overshoots(beyond: pd.DataFrame, order: Sequence[str]) -> list[Overshoot]:
-    rank = {v: i for i, v in enumerate(order)}
-    merged: dict[tuple[float, int, int, int], list[str]] = {}
-    groups = beyond.groupby("variant", sort=False)
-    for variant, d in sorted(groups, key=lambda g: rank.get(g[0], len(rank))):
-        peak_at = d["value"].to_numpy(dtype=float).argmax()
-        steps = d[names.STEP].to_numpy(dtype=float)
-        key = (round(float(d["value"].max()), 6), int(steps[peak_at]), int(steps.min()), int(steps.max()))
-        merged.setdefault(key, []).append(str(variant))
-    return [Overshoot(tuple(vs), peak, step, first, last) for (peak, step, first, last), vs in merged.items()]
-
-
-def _steps(o: Overshoot) -> str:
-    return f"step {o.first}" if o.first == o.last else f"steps {o.first}–{o.last}"
-
-
-def y_cut_note(cut: YCut, axis: str) -> str:
-    """'training loss axis cut at 9.00 (▲ on the top edge): none, pre = none, post up to 10.99 at step 29,
-    1.99 above the cut (beyond it at steps 27–33)'."""
-    parts = [
-        f"{' = '.join(o.variants)} up to {fmt_value(o.peak)} at step {o.step}, "
-        f"{fmt_value(o.peak - cut.top)} above the cut (beyond it at {_steps(o)})"
-        for o in cut.over
-    ]
-    return f"{axis} axis cut at {fmt_value(cut.top)} (▲ on the top edge): " + "; ".join(parts)
-
-
-def mark_y_cut(ax: Any, cut: YCut, colors: Mapping[str, Any], axis: str) -> list[Any]:
-    """Mark a cut y axis: break marks at the top of both spines, and at each peak beyond it a ▲ on the top
-    edge in the variant's colour, labelled with the peak's value. Returns the legend note saying it all."""
-    for x in (0.0, 1.0):
-        for dy in (-0.012, 0.0):
-            ax.plot(
-                [x - 0.012, x + 0.012],
-                [0.988 + dy, 1.012 + dy],
-                transform=ax.transAxes,
-                color="black",
-                lw=1.0,
-                clip_on=False,
-                zorder=8,
-            )
-    for o in cut.over:
-        ax.plot(
-            [o.step],
-            [cut.top],
-            ls="none",
-            marker="^",
-            ms=10,
-            color=colors[o.variants[0]],
-            mec="black",
-            mew=0.8,
-            clip_on=False,
-            zorder=9,
-            gid=CUT_GID,
-        )
-        ax.annotate(
-            f"↑{fmt_value(o.peak)}",
-            (o.step, cut.top),
-            xytext=(7, -11),
-            textcoords="offset points",
-            fontsize=8,
-            color="black",
-            gid=CUT_GID,
-            annotation_clip=False,
-        )
-    return [note_handle(y_cut_note(cut, axis), width=40)]

@@ -1,8 +1,11 @@
-"""report.md and report.html: warnings, the summary table and the effects table each with generated
-sentences (normlab.analysis.narrative), every figure that has data, diverged and invalid runs, all runs.
+"""A sweep's report.md and report.html (`write_report`, `Report`): warnings, the summary table and the
+effects table each with generated sentences (normlab.analysis.narrative), every figure that has data,
+diverged and invalid runs, all runs.
 
 report.html is the same report as one self-contained file (figures and CSVs embedded as data: URIs,
 styles inline) that can be mailed or opened anywhere.
+
+Named for what it writes, a sweep's report, apart from the study's REPORT.md of findings (normlab.study).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from normlab.analysis import captions, narrative
 from normlab.analysis.escape import markdown_view, md_text
 from normlab.analysis.html import markdown_to_html
 from normlab.analysis.load import SEED_KEY, RunSet, short_names
+from normlab.analysis.missing_variants import missing
 from normlab.analysis.plots import DPI, FIGURES, NoData, plot_grid, save
+from normlab.analysis.spike_events import spike_lines
 from normlab.analysis.stats import fmt_mean_std, fmt_params, summary_table
 from normlab.analysis.throughput import load_text, ran_beside, throughput_note
 from normlab.io import write_text_atomic
@@ -318,9 +323,9 @@ def _markdown(
     ]
     for title_, filename, key in sections:
         lines += [f"### {title_}", "", f"![{title_}]({filename})", ""]
-        lines += [text for text in (captions.caption(key, rs), captions.missing(key, rs)) if text]
+        lines += [text for text in (captions.caption(key, rs), missing(key, rs)) if text]
         if key == "loss":
-            spikes = captions.spike_lines(rs)
+            spikes = spike_lines(rs)
             if spikes:
                 lines += [
                     "",
