@@ -23,7 +23,7 @@ from trainers import config_trainer
 from normlab.data import load_corpus
 from normlab.data.batches import sample_windows
 from normlab.model import GPT
-from normlab.model.norms import CausalBatchNorm
+from normlab.model.batch_norm import CausalBatchNorm
 
 BATCH, SEQ, STEPS = 32, 32, 100
 TOLERANCE = 0.05

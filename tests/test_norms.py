@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from normlab.model.norms import NORMS, CausalBatchNorm, RMSNorm, build_norm
+from normlab.model.batch_norm import CausalBatchNorm
+from normlab.model.norms import NORMS, RMSNorm, build_norm
 
 
 def randomise_affine(module: torch.nn.Module) -> None:
