@@ -21,7 +21,8 @@ from normlab.analysis.plots import save
 from normlab.analysis.report import md_table
 from normlab.configs import CONFIG_DIR
 from normlab.study.findings import CORE, FINDINGS, Finding, evaluate
-from normlab.study.findings._common import fmt_series, learned_count
+from normlab.study.findings._format import fmt_series
+from normlab.study.findings._learning import learned_count
 from normlab.study.robustness import Robustness, calibration_dir, robustness_of
 from normlab.study.verdicts import CONFIDENCE, NOT_TESTED, RULE, SETUP_FAILED, Check, Outcome
 
