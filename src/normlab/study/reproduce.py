@@ -43,14 +43,9 @@ from typing import Any
 
 from normlab.study.cost import cores, sweep_cost
 from normlab.study.findings import CORE, FINDINGS, Finding
-from normlab.study.report import (
-    MEASURE_S,
-    TIMINGS_FILE,
-    build_report,
-    fmt_duration,
-    load_timings,
-)
+from normlab.study.findings_report import build_report
 from normlab.study.robustness import calibration_dir, perturbed_dir
+from normlab.study.timings import MEASURE_S, TIMINGS_FILE, fmt_duration, load_timings
 
 # --------------------------------------------------------------------------------------- machine
 
