@@ -150,7 +150,7 @@ def test_norm_share_measures_the_share_and_the_step_times_on_the_cpu(tiny):
 def test_a_preset_whose_grid_holds_invalid_combinations_is_not_a_failure(tmp_path):
     """deepnet_model_update sweeps norm=ln,deepnorm × placement=pre,post: deepnorm-pre is invalid, recorded
     and skipped; the sweep then exits 2, which scripts/reproduce.py does not count as a failed finding."""
-    from normlab.study.reproduce import only_invalid_skipped
+    from normlab.study.preset_sweep import only_invalid_skipped
 
     for name, status in (("0_a", "completed"), ("1_b", "invalid"), ("2_c", "diverged")):
         (tmp_path / name).mkdir()
