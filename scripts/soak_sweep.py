@@ -1,6 +1,6 @@
 """Fault-injection soak of a local sweep: N jobs, M random SIGINT / SIGTERM / SIGKILL to the sweep's parent,
 its process group or one job, the sweep-resume command after each, and at the end every job checked
-against an uninterrupted sweep (tools/soak.py has the details).
+against an uninterrupted sweep (tools/soak/ has the details).
 
     python scripts/soak_sweep.py                                  # N=8 jobs × 1200 steps, M=16 faults
     python scripts/soak_sweep.py --jobs 3 --faults 3 --steps 600  # a small one
@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the soak sits beside the library
-from soak import SoakSpec, soak  # noqa: E402
+from soak.run import soak  # noqa: E402
+from soak.spec import SoakSpec  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -314,7 +314,7 @@ def _sweep_invalid(train_cli, trained_run, tmp_path, monkeypatch):
 
 @case("`kill -TERM PID` of a `hydra/launcher=joblib` sweep's parent process alone")
 def _joblib_parent_sigterm(train_cli, trained_run, tmp_path, monkeypatch):
-    from soak import SweepProcess, env, workers
+    from soak.processes import SweepProcess, env, workers
 
     sweep = tmp_path / "sweep"
     args = [*base_overrides([], tmp_path / "cache"), "train.max_steps=100000", "train.flush_every=100000"]

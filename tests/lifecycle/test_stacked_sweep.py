@@ -14,16 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from soak import (
-    SoakSpec,
-    SweepProcess,
-    comparable,
-    env,
-    job_dirs,
-    soak,
-    step_problems,
-    training_rows,
-)
+from soak.checks import comparable, job_dirs, step_problems, training_rows
+from soak.processes import SweepProcess, env
+from soak.run import soak
+from soak.spec import SoakSpec
 
 from normlab.train.loop import Trainer
 

@@ -19,22 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from soak import (
-    GRACE_S,
-    SoakSpec,
-    SweepProcess,
-    comparable,
-    damage_a_file,
-    env,
-    fault_delays,
-    fault_plan,
-    job_dirs,
-    mislabeled,
-    now_ticks,
-    soak,
-    step_problems,
-    training_rows,
-)
+from soak.checks import comparable, job_dirs, mislabeled, step_problems, training_rows
+from soak.faults import damage_a_file, fault_delays, fault_plan
+from soak.processes import GRACE_S, SweepProcess, env, now_ticks
+from soak.run import soak
+from soak.spec import SoakSpec
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="watches processes through /proc"

@@ -21,7 +21,7 @@ from reproduce_crafted import (
 
 from normlab.analysis import load_runs
 from normlab.study.findings import CORE, FINDINGS, evaluate, evaluate_sweep
-from normlab.study.findings._common import learned
+from normlab.study.findings._learning import learned
 from normlab.study.verdicts import ALPHA, INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REPRODUCED, SETUP_FAILED
 
 # -------------------------------------------------------------------------------- the registry
@@ -348,7 +348,8 @@ def test_arms_that_ran_the_same_seeds_are_compared_seed_by_seed(tmp_path):
     """Issue 28: paired by seed where the arms share seeds. Seeds that move both arms together (a spread of
     ±0.3 nats) hide a consistent 0.01-nat difference from Welch's test, not from the paired one."""
     from normlab.analysis.estimate import difference
-    from normlab.study.findings._common import compare, loss_of
+    from normlab.study.findings._compare import compare
+    from normlab.study.findings._runs import loss_of
 
     ln = [3.0, 3.3, 2.7, 3.2, 2.8]
     rms = [x + 0.01 + 0.002 * ((i % 3) - 1) for i, x in enumerate(ln)]

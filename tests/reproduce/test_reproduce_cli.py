@@ -11,7 +11,7 @@ from drawn import assert_drawn
 
 from normlab.bench import profile_norm
 from normlab.study.findings import CORE, FINDINGS, Measurement
-from normlab.study.report import REPORT_FILE
+from normlab.study.findings_report import REPORT_FILE
 from normlab.study.reproduce import main, resolve_names
 from normlab.study.verdicts import VERDICTS
 
@@ -57,7 +57,7 @@ def test_from_existing_rebuilds_the_report_without_training(tiny_reproduction, t
 def test_the_readme_table_is_written_from_the_same_evaluation(tiny_reproduction, tmp_path):
     """--readme writes the findings table between the README's markers from the outcomes REPORT.md shows;
     what lies outside the markers is kept; a README without markers is refused in one sentence."""
-    from normlab.study.report import README_END, README_START
+    from normlab.study.findings_report.overview import README_END, README_START
 
     readme = tmp_path / "README.md"
     readme.write_text(f"# Title\n\nbefore\n{README_START}\nold table\n{README_END}\nafter\n")
@@ -86,7 +86,7 @@ def test_the_readme_table_is_written_from_the_same_evaluation(tiny_reproduction,
     bare = tmp_path / "bare.md"
     bare.write_text("no markers\n")
     with pytest.raises(ValueError, match="markers"):
-        from normlab.study.report import write_readme_table
+        from normlab.study.findings_report.overview import write_readme_table
 
         write_readme_table(bare, "x")
 
@@ -150,7 +150,7 @@ def test_norm_share_measures_the_share_and_the_step_times_on_the_cpu(tiny):
 def test_a_preset_whose_grid_holds_invalid_combinations_is_not_a_failure(tmp_path):
     """deepnet_model_update sweeps norm=ln,deepnorm × placement=pre,post: deepnorm-pre is invalid, recorded
     and skipped; the sweep then exits 2, which scripts/reproduce.py does not count as a failed finding."""
-    from normlab.study.reproduce import only_invalid_skipped
+    from normlab.study.preset_sweep import only_invalid_skipped
 
     for name, status in (("0_a", "completed"), ("1_b", "invalid"), ("2_c", "diverged")):
         (tmp_path / name).mkdir()
@@ -189,11 +189,11 @@ def test_a_findings_measurement_is_stored_beside_its_sweep_and_read_back(tmp_pat
 
 
 def test_the_core_sets_wall_time_names_the_share_of_its_perturbed_sweeps():
-    from normlab.study.report import _totals
+    from normlab.study.findings_report.header import totals_line
 
     findings = {n: {"wall_s": 300.0, "perturbed": {"wall_s": 120.0}} for n in CORE}
-    line = _totals({"findings": findings}, list(CORE))
+    line = totals_line({"findings": findings}, list(CORE))
     # 4 × 300 s = 20 min in all, 4 × 120 s = 8 min of it in the perturbed sweeps
     assert "20 min 00 s (8 min 00 s of it the perturbed sweeps" in line
     findings = {n: {"wall_s": 300.0} for n in CORE}  # run with --no-perturb: no share to name
-    assert "perturbed" not in _totals({"findings": findings}, list(CORE))
+    assert "perturbed" not in totals_line({"findings": findings}, list(CORE))

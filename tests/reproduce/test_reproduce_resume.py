@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from normlab.study.findings import FINDINGS
-from normlab.study.reproduce import main, run_preset
+from normlab.study.preset_sweep import run_preset
+from normlab.study.reproduce import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,7 +92,7 @@ def test_ctrl_c_goes_to_the_sweep_once_and_ends_in_one_line(tmp_path, monkeypatc
         "sys.exit(130)\n"
     )
     stub.chmod(0o755)
-    monkeypatch.setattr(reproduce, "run_preset", functools.partial(reproduce.run_preset, python=str(stub)))
+    monkeypatch.setattr(reproduce, "run_preset", functools.partial(run_preset, python=str(stub)))
 
     def press_ctrl_c():
         while not started.exists():
@@ -247,9 +248,10 @@ def test_the_seconds_of_a_session_killed_mid_sweep_count_when_the_finding_is_fin
     slow = sleeping_python(tmp_path, 30.0)
     driver = (
         "import functools, sys\n"
+        "import normlab.study.preset_sweep as p\n"
         "import normlab.study.reproduce as r\n"
-        f"r.run_preset = functools.partial(r.run_preset, python={str(slow)!r})\n"
-        "r.TICK_S = 0.05\n"
+        f"r.run_preset = functools.partial(p.run_preset, python={str(slow)!r})\n"
+        "p.TICK_S = 0.05\n"
         f"r.main(['xiong_warmup', '--no-perturb', '--out', {str(out)!r}])\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

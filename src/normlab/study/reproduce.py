@@ -21,75 +21,32 @@ train.resume=auto, so finished jobs are kept (skipped), interrupted ones resumed
 never deleted. A sweep made with other overrides (`--override`) is refused rather than mixed with new
 runs. Ctrl-C (or SIGTERM) goes to the running sweep once, which saves its jobs; the script then says so in
 one line with the command that continues, and exits 128 + the signal's number.
+
+Here: the command line and the loop over findings (each finding's calibration, preset and perturbed
+sweeps, and its timing record); one preset's sweep is `preset_sweep`, the signals passed on to it
+`sweep_signals`, timings.json `timings`, and the report `findings_report`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import json
 import os
-import platform
 import shlex
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from normlab.study.cost import cores, sweep_cost
 from normlab.study.findings import CORE, FINDINGS, Finding
-from normlab.study.report import (
-    MEASURE_S,
-    TIMINGS_FILE,
-    build_report,
-    fmt_duration,
-    load_timings,
-)
+from normlab.study.findings_report import build_report
+from normlab.study.preset_sweep import held_by_other_settings, run_preset
 from normlab.study.robustness import calibration_dir, perturbed_dir
-
-# --------------------------------------------------------------------------------------- machine
-
-
-def machine() -> dict[str, Any]:
-    """What the timings were measured on."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 0
-    mem = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem = round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    import torch
-
-    return {
-        "cpu": cpu,
-        "cores": cores,
-        "memory_gib": mem,
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "load_avg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
-    }
-
-
-# ------------------------------------------------------------------------------------------ runs
+from normlab.study.sweep_signals import Forward, Stopped
+from normlab.study.timings import STARTED, UNFINISHED, combined, fmt_duration, load_timings, save_timings
 
 
 def resolve_names(tokens: Sequence[str], core: bool) -> list[str]:
@@ -112,201 +69,6 @@ def resolve_names(tokens: Sequence[str], core: bool) -> list[str]:
         chosen = list(FINDINGS)
     order = list(FINDINGS)
     return sorted(dict.fromkeys(chosen), key=order.index)
-
-
-# a sweep's exit code when a job did not complete (normlab.sweeps.ending): also when some were invalid
-EXIT_INCOMPLETE = 2
-
-
-def only_invalid_skipped(sweep: Path) -> bool:
-    """Whether every job of the sweep finished but those skipped as invalid — the combinations a preset's
-    grid holds on purpose (deepnorm with pre placement), which make the sweep exit 2."""
-    statuses = [json.loads(p.read_text()).get("status") for p in sweep.glob("*/summary.json")]
-    return bool(statuses) and all(s in ("completed", "diverged", "invalid") for s in statuses)
-
-
-def save_timings(out: Path, timings: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TIMINGS_FILE).write_text(json.dumps(timings, indent=2) + "\n")
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Stopped(Exception):
-    """A signal stopped a preset's sweep (which saved its running jobs): nothing further is started."""
-
-    def __init__(self, signum: int, finding: str) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum, self.finding = signum, finding
-
-
-class Forward:
-    """Passes each stop signal this process gets on to the running sweep, once: the sweep runs in a session
-    of its own, so a Ctrl-C in the terminal reaches it only through here (as a sweep passes it to its jobs)."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.process: subprocess.Popen | None = None
-
-    def handle(self, signum: int, frame: FrameType | None = None) -> None:
-        first = self.signum is None
-        self.signum = self.signum or signum
-        if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.process.pid, signum)
-        if first:
-            name = signal.Signals(signum).name
-            print(
-                f"{name} received: the running sweep saves its jobs and stops; no further finding starts",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[Forward]:
-        previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
-        for s in STOP_SIGNALS:
-            signal.signal(s, self.handle)
-        try:
-            yield self
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
-
-
-STARTED = "started"  # timings.json: the command each finding's sweep was started with, before it ends
-# timings.json: the seconds spent on each finding by sessions that ended before it did (a stop, a crash,
-# a machine taken back), kept up to date every TICK_S seconds while a sweep runs
-UNFINISHED = "unfinished"
-TICK_S = 60.0
-
-
-def combined(
-    current: dict[str, Any], earlier: dict[str, Any] | None, unfinished: dict[str, Any]
-) -> dict[str, Any]:
-    """A finding's timing record over every session that worked on it: a continued sweep's seconds are
-    added to the seconds already spent (`earlier`, the record of a session that finished it with the same
-    command, and `unfinished`, the seconds and number of sessions that stopped before it ended), so a report
-    never quotes a resume's few seconds as what the finding cost. The parts (calibration, perturbed sweep)
-    add up the same way; time from unfinished sessions counts in the total only, as its parts are unknown."""
-    unfinished_s, unfinished_n = unfinished.get("wall_s", 0.0), unfinished.get("sessions", 0)
-    if earlier is None and unfinished_n == 0:
-        return current
-    record = dict(current)
-    record["sessions"] = (earlier.get("sessions", 1) if earlier else 0) + unfinished_n + 1
-    record["wall_s"] = round(current["wall_s"] + (earlier or {}).get("wall_s", 0.0) + unfinished_s, 1)
-    if earlier is None:
-        return record
-    record["started"] = earlier.get("started", current.get("started"))
-    for key in ("sweep_s", MEASURE_S):
-        if key in current and key in earlier:
-            record[key] = round(current[key] + earlier[key], 1)
-    for part in ("calibration", "perturbed"):
-        if part in current and part in earlier:
-            record[part] = {
-                **current[part],
-                "wall_s": round(current[part]["wall_s"] + earlier[part]["wall_s"], 1),
-            }
-    return record
-
-
-def held_by_other_settings(sweep: Path, made_with: str | None, command: str) -> str | None:
-    """Why the sweep already in OUT cannot be continued by `command`: it was made with other settings."""
-    if made_with is None or not sweep.exists() or made_with == command:
-        return None
-    return (
-        f"{sweep} holds this finding's sweep made with other settings ({made_with}); continue it with those "
-        "(the same --override options), or choose another --out — nothing there is deleted."
-    )
-
-
-def run_preset(
-    finding: Finding,
-    out: Path,
-    overrides: Sequence[str],
-    python: str = sys.executable,
-    perturbed: bool = False,
-    calibration: bool = False,
-    scale: str = "cpu",
-    forward: Forward | None = None,
-    tick: Callable[[], None] | None = None,
-) -> dict[str, Any]:
-    """Run one preset's sweep (and its extra measurements), or with `perturbed` the same under the
-    finding's perturbation, or with `calibration` its calibration sweep; return its timing record. A sweep
-    already in OUT is continued (train.resume=auto: finished jobs kept, the others resumed or started), never
-    deleted. Raises Stopped when a signal stopped it (the sweep saved its running jobs). `tick` is called
-    every TICK_S seconds while the sweep runs."""
-    sweeps = out / "sweeps"
-    sweep = sweeps / finding.name
-    if perturbed:
-        sweep = perturbed_dir(sweep)
-        overrides = [*overrides, *finding.perturbation.overrides]
-    elif calibration:
-        sweep = calibration_dir(sweep)
-        overrides = [*overrides, *finding.calibration.overrides]
-    sweeps.mkdir(parents=True, exist_ok=True)
-    log_path = sweeps / f"{sweep.name}.log"
-    continuing = sweep.exists()
-    experiment = finding.paper_preset if scale == "paper" else finding.preset
-    cmd = [  # `python -m normlab` is train.py, also where no checkout is around
-        python,
-        "-m",
-        "normlab",
-        "-m",
-        f"+experiment={experiment}",
-        f"hydra.sweep.dir={sweep.resolve()}",
-        *overrides,
-        "train.resume=auto",  # what is there already is kept: finished jobs skipped, the others resumed
-    ]
-    shown = shlex.join(["python", "train.py", *cmd[3:]])
-    print(
-        f"  $ {shown}\n    (log: {log_path}{', continuing the sweep there' if continuing else ''})",
-        flush=True,
-    )
-    started = dt.datetime.now().astimezone()
-    t0 = time.perf_counter()
-    forward = forward or Forward()
-    with log_path.open("a" if continuing else "w") as log:
-        # a session of its own: signals reach the sweep once, through `forward`
-        forward.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            while True:
-                try:
-                    rc = forward.process.wait(timeout=TICK_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    if tick is not None:
-                        tick()
-                except KeyboardInterrupt:  # a handler other than ours: pass it on and keep waiting
-                    forward.handle(signal.SIGINT)
-        finally:
-            forward.process = None
-    if forward.signum is not None:
-        raise Stopped(forward.signum, finding.name)
-    rc = 0 if rc == EXIT_INCOMPLETE and only_invalid_skipped(sweep) else rc
-    sweep_s = time.perf_counter() - t0
-    record: dict[str, Any] = {
-        "command": shlex.join(["python", "train.py", "-m", f"+experiment={experiment}", *overrides]),
-        "scale": scale,
-        "started": started.isoformat(timespec="seconds"),
-        "rc": rc,
-        "sweep_s": round(sweep_s, 1),
-    }
-    if rc != 0:
-        print(f"    the sweep exited with status {rc}; see {log_path}", file=sys.stderr)
-    # the measurements (finding 5's step-time profile) are of the models' shape, which no perturbation
-    # changes: the perturbed sweep is judged with the preset's own (robustness_of falls back to them)
-    if finding.measurements and rc == 0 and not perturbed and not calibration:
-        t1 = time.perf_counter()
-        finding.measure(sweep, overrides, echo=lambda line: print(f"    {line}", flush=True))
-        record[MEASURE_S] = round(time.perf_counter() - t1, 1)
-    record["wall_s"] = round(time.perf_counter() - t0, 1)
-    record["machine"] = machine()
-    return record
-
-
-# ------------------------------------------------------------------------------------------- CLI
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,8 @@ from pathlib import Path
 from normlab.analysis.estimate import Estimate, fmt_estimate
 from normlab.analysis.load import SEED_KEY, RunSet, load_runs
 from normlab.study.findings import FINDINGS, evaluate
-from normlab.study.findings._common import Perturbation, subset, where
+from normlab.study.findings._finding import Perturbation
+from normlab.study.findings._runs import subset, where
 from normlab.study.verdicts import (
     CONFIDENCE,
     NOT_REPRODUCED,

@@ -14,7 +14,7 @@ types:
 What they share (`base.py`): jobs matched to their directories by their overrides and `train.resume=auto`
 planned for each (`jobs.py`), a signal that stops the whole sweep with every running job saved
 (`stop.py`, `watchdog.py`), one line per job at the end, the command that continues the sweep and the
-sweep's exit code (`report.py`).
+sweep's exit code (`ending.py`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ rules are in `normlab.study.verdicts`.
 
 Adding a finding: a module here that defines `FINDING = Finding(...)` (number, preset name, title, claim,
 source, evaluate, draw; `measurements` for anything measured besides the sweep's runs), its entry in
-`MODULES`, and the preset `configs/experiment/findings/NAME.yaml`.
+`MODULES`, and the preset `configs/experiment/findings/NAME.yaml`. What the finding modules share, by theme:
+`_finding` (Finding and its parts), `_runs` (selecting runs, their losses and metric series), `_learning`
+(did they learn?), `_compare` (two arms' difference, paired by seed), `_format` (the tables' numbers),
+`_depth` (what the depth findings measure).
 """
 
 from __future__ import annotations
@@ -33,16 +36,7 @@ from normlab.study.findings import (
     xiong_grad_profile,
     xiong_warmup,
 )
-from normlab.study.findings._common import (
-    PRESET_GROUP,
-    Calibration,
-    CannotEvaluate,
-    Drawn,
-    Extras,
-    Finding,
-    Measurement,
-    Perturbation,
-)
+from normlab.study.findings._finding import PRESET_GROUP, CannotEvaluate, Extras, Finding, Measurement
 from normlab.study.verdicts import Outcome
 
 MODULES = (
@@ -92,13 +86,10 @@ __all__ = [
     "FINDINGS",
     "MODULES",
     "PRESET_GROUP",
-    "Calibration",
     "CannotEvaluate",
-    "Drawn",
     "Extras",
     "Finding",
     "Measurement",
-    "Perturbation",
     "evaluate",
     "evaluate_sweep",
     "finding_of",

@@ -27,7 +27,8 @@ from normlab.analysis.estimate import Estimate, estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import layer_contributions
 from normlab.metrics import names
-from normlab.study.findings._common import Calibration, CannotEvaluate, need_metric
+from normlab.study.findings._finding import Calibration, CannotEvaluate
+from normlab.study.findings._runs import need_metric
 from normlab.study.findings.periln import profiles
 from normlab.study.verdicts import Precondition, check
 

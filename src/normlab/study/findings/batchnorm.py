@@ -27,27 +27,11 @@ import numpy as np
 from normlab.analysis.estimate import Estimate, combination, fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grid, plot_loss
-from normlab.study.findings._common import (
-    CI_LABEL,
-    Calibration,
-    CannotEvaluate,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    diverged_count,
-    fmt_series,
-    group_labels,
-    learned_count,
-    loss_of,
-    need,
-    per_seed,
-    require_learning,
-    values,
-    where,
-)
+from normlab.study.findings._compare import compare
+from normlab.study.findings._finding import Calibration, CannotEvaluate, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import CI_LABEL, diverged_count, fmt_series, per_seed
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import group_labels, loss_of, need, values, where
 from normlab.study.verdicts import CONFIDENCE, Outcome, check
 
 # The sources report BLEU and perplexity on other tasks, no size we can carry over: the smallest

@@ -28,27 +28,11 @@ import pandas as pd
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_loss, plot_model_update
 from normlab.metrics import names
-from normlab.study.findings._common import (
-    Calibration,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    diverged_count,
-    fmt_series,
-    group_labels,
-    learned_count,
-    loss_of,
-    need,
-    need_metric,
-    per_seed,
-    require_learning,
-    run_metric,
-    values,
-    where,
-)
+from normlab.study.findings._compare import compare
+from normlab.study.findings._finding import Calibration, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import diverged_count, fmt_series, per_seed
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import group_labels, loss_of, need, need_metric, run_metric, values, where
 from normlab.study.verdicts import Outcome, Precondition, check, undecided
 
 # "The very beginning of training" (Fig. 4(a)): steps 1 … EARLY_STEPS, each measured (metrics.dense_until).

@@ -20,25 +20,11 @@ from __future__ import annotations
 from normlab.analysis.estimate import fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_loss
-from normlab.study.findings._common import (
-    CI_LABEL,
-    Calibration,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    diverged_count,
-    fmt_series,
-    group_labels,
-    learned_count,
-    loss_of,
-    need,
-    per_seed,
-    require_learning,
-    where,
-)
+from normlab.study.findings._compare import compare
+from normlab.study.findings._finding import Calibration, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import CI_LABEL, diverged_count, fmt_series, per_seed
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import group_labels, loss_of, need, where
 from normlab.study.verdicts import CONFIDENCE, Outcome, equivalence_check
 
 LOSS_MARGIN = 0.05  # nats: |Δ loss| below this is "matches" (≈ 5 % in perplexity)

@@ -27,22 +27,7 @@ from __future__ import annotations
 from normlab.analysis.estimate import estimate, fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_act_rms, plot_layer_ablation
-from normlab.study.findings._common import (
-    CI_LABEL,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    fmt_series,
-    group_labels,
-    learned_count,
-    loss_of,
-    need,
-    require_learning,
-    where,
-)
+from normlab.study.findings._compare import compare
 from normlab.study.findings._depth import (
     CONTRIBUTION_MARGIN,
     DEPTH_CALIBRATION,
@@ -50,6 +35,10 @@ from normlab.study.findings._depth import (
     curse_of_depth,
     depth_profile,
 )
+from normlab.study.findings._finding import Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import CI_LABEL, fmt_series
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import group_labels, loss_of, need, where
 from normlab.study.verdicts import CONFIDENCE, Outcome, Precondition, check
 
 PLACEMENTS = {"pre": "Pre-LN", "lnscale": "LayerNorm Scaling"}

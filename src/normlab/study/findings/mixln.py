@@ -32,30 +32,17 @@ from normlab.analysis.estimate import estimate, fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grad_norm, plot_layer_ablation
 from normlab.metrics import names
-from normlab.study.findings._common import (
-    CI_LABEL,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    diverged_count,
-    fmt_series,
-    group_labels,
-    learned_count,
-    loss_of,
-    need,
-    require_learning,
-    run_metric,
-    where,
-)
+from normlab.study.findings._compare import compare
 from normlab.study.findings._depth import (
     CONTRIBUTION_MARGIN,
     DEPTH_CALIBRATION,
     curse_of_depth,
     depth_profile,
 )
+from normlab.study.findings._finding import Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import CI_LABEL, diverged_count, fmt_series
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import group_labels, loss_of, need, run_metric, where
 from normlab.study.verdicts import CONFIDENCE, Outcome, check
 
 PLACEMENTS = {"pre": "Pre-LN", "mixln": "Mix-LN"}

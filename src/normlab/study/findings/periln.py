@@ -28,22 +28,11 @@ from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure, plot_act_rms
 from normlab.analysis.stats import finite, layer_columns
 from normlab.metrics import names
-from normlab.study.findings._common import (
-    CI_LABEL,
-    CannotEvaluate,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    fmt_series,
-    group_labels,
-    learned_count,
-    need,
-    require_learning,
-    where,
-)
+from normlab.study.findings._compare import compare
+from normlab.study.findings._finding import CannotEvaluate, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import CI_LABEL, fmt_series
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import group_labels, need, where
 from normlab.study.verdicts import CONFIDENCE, Outcome, Precondition, check
 
 # The abstract gives no size ("more balanced variance growth"): a growth difference under 10 % (0.1 in

@@ -30,24 +30,11 @@ import numpy as np
 from normlab.analysis.estimate import Estimate, estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure, plot_loss
-from normlab.study.findings._common import (
-    Drawn,
-    Extras,
-    Finding,
-    Measurement,
-    Perturbation,
-    baseline_note,
-    compare,
-    fmt,
-    fmt_series,
-    group_labels,
-    learned_count,
-    loss_of,
-    need,
-    per_seed,
-    require_learning,
-    where,
-)
+from normlab.study.findings._compare import compare
+from normlab.study.findings._finding import Drawn, Extras, Finding, Measurement, Perturbation
+from normlab.study.findings._format import fmt, fmt_series, per_seed
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import group_labels, loss_of, need, where
 from normlab.study.verdicts import Check, Outcome, Precondition, check, equivalence_check, undecided
 
 LOSS_MARGIN = 0.05  # nats: |Δ loss| below this is "comparable" (≈ 5 % in perplexity)

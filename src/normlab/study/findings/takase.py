@@ -36,26 +36,11 @@ from normlab.analysis.estimate import estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grad_heatmap, plot_grad_norm
 from normlab.metrics import names
-from normlab.study.findings._common import (
-    Calibration,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    diverged_count,
-    fmt_series,
-    group_labels,
-    learned_count,
-    loss_of,
-    need,
-    require_learning,
-    run_metric,
-    summary_value,
-    values,
-    where,
-)
+from normlab.study.findings._compare import compare
+from normlab.study.findings._finding import Calibration, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import diverged_count, fmt_series
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import group_labels, loss_of, need, run_metric, summary_value, values, where
 from normlab.study.verdicts import Outcome, Precondition, check
 
 VANILLA, SCALED = "1.0", "sqrt_d"  # the paper's two variants, by model.embed_scale

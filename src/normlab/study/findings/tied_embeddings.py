@@ -26,27 +26,11 @@ from normlab.analysis.load import RunSet, UnknownKey
 from normlab.analysis.plots import ReportFigure
 from normlab.analysis.stats import layer_columns
 from normlab.metrics import names
-from normlab.study.findings._common import (
-    CI_LABEL,
-    EMBED_EFFECTIVE_RANK,
-    Calibration,
-    CannotEvaluate,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    diverged_count,
-    end_loss,
-    fmt_series,
-    learned_count,
-    need,
-    require_learning,
-    run_metric,
-    unigram_loss,
-    where,
-)
+from normlab.study.findings._compare import compare
+from normlab.study.findings._finding import Calibration, CannotEvaluate, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import CI_LABEL, diverged_count, fmt_series
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import end_loss, need, run_metric, unigram_loss, where
 from normlab.study.verdicts import CONFIDENCE, EQUALITY, Outcome, check, equivalence_check, undecided
 
 TIE = "model.tie_embeddings"
@@ -112,7 +96,7 @@ def decay_per_block(rs: RunSet, run: str, max_steps: int) -> float:
 
 def rank_change(rs: RunSet, run: str) -> float:
     """log(effective rank at the end / at step 0) of the token embedding."""
-    s = run_metric(rs, run, EMBED_EFFECTIVE_RANK)
+    s = run_metric(rs, run, names.EMBED_EFFECTIVE_RANK)
     if s.empty or 0 not in s.index or len(s) < 2:
         return math.nan
     return float(np.log(s.iloc[-1] / s[0])) if s[0] > 0 and s.iloc[-1] > 0 else math.nan
@@ -209,7 +193,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 "Mechanism: the tied Post-LN embedding matrix loses rank",
                 rank_stat,
                 rank_est,
-                f"the runs have no '{EMBED_EFFECTIVE_RANK}' metric at step 0 and later",
+                f"the runs have no '{names.EMBED_EFFECTIVE_RANK}' metric at step 0 and later",
             )
         )
     table = []
@@ -266,7 +250,7 @@ def draw(rs: RunSet, extras: Extras) -> Drawn:
                 lw=1.2,
                 label=label if i == 0 else None,
             )
-            r = run_metric(rs, run, EMBED_EFFECTIVE_RANK)
+            r = run_metric(rs, run, names.EMBED_EFFECTIVE_RANK)
             if not r.empty:
                 ax_r.plot(r.index, r.to_numpy(), color=colors[label], lw=1.2, label=label if i == 0 else None)
         cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
@@ -293,7 +277,7 @@ def draw(rs: RunSet, extras: Extras) -> Drawn:
         ax_r.text(
             0.5,
             0.5,
-            f"no '{EMBED_EFFECTIVE_RANK}' metric",
+            f"no '{names.EMBED_EFFECTIVE_RANK}' metric",
             ha="center",
             va="center",
             transform=ax_r.transAxes,

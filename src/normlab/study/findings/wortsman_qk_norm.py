@@ -26,26 +26,11 @@ from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure
 from normlab.analysis.stats import layer_columns
 from normlab.metrics import names
-from normlab.study.findings._common import (
-    CI_LABEL,
-    Calibration,
-    CannotEvaluate,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    compare_by_seed,
-    end_loss,
-    fmt_series,
-    key,
-    learned_count,
-    need,
-    require_learning,
-    run_metric,
-    step0_val,
-)
+from normlab.study.findings._compare import compare, compare_by_seed
+from normlab.study.findings._finding import Calibration, CannotEvaluate, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import CI_LABEL, fmt_series
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import end_loss, key, need, run_metric, step0_val
 from normlab.study.verdicts import CONFIDENCE, Outcome, Precondition, check
 
 QK_KEY = "model.qk_norm"

@@ -28,24 +28,12 @@ import pandas as pd
 from normlab.analysis.estimate import estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure
-from normlab.study.findings._common import (
-    LOGITS_LOG_Z,
-    Calibration,
-    CannotEvaluate,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    end_loss,
-    fmt_series,
-    key,
-    learned_count,
-    need_metric,
-    require_learning,
-    run_metric,
-)
+from normlab.metrics import names
+from normlab.study.findings._compare import compare
+from normlab.study.findings._finding import Calibration, CannotEvaluate, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import fmt_series
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import end_loss, key, need_metric, run_metric
 from normlab.study.verdicts import Outcome, Precondition, check
 
 Z_KEY = "optim.z_loss"
@@ -57,7 +45,7 @@ LOSS_MARGIN = 0.05  # nats: the smallest loss difference we count (≈ 5 % in pe
 
 
 def log_z_at(rs: RunSet, run: str, where: str) -> float:
-    s = run_metric(rs, run, LOGITS_LOG_Z)
+    s = run_metric(rs, run, names.LOGIT_LOG_Z)
     if s.empty:
         return math.nan
     return float(s.iloc[0] if where == "start" else s.iloc[-1])
@@ -85,7 +73,7 @@ def _log_abs(x: pd.Series) -> pd.Series:
 
 
 def evaluate(rs: RunSet, extras: Extras) -> Outcome:
-    need_metric(rs, LOGITS_LOG_Z, "logged by the model's instrumentation")
+    need_metric(rs, names.LOGIT_LOG_Z, "logged by the model's instrumentation")
     df = table_of(rs)
     zs = sorted(df["z_loss"].unique())
     if len(zs) < 2 or zs[0] != 0:
@@ -182,7 +170,7 @@ def draw(rs: RunSet, extras: Extras) -> Drawn:
     styles = {lr: ls for lr, ls in zip(sorted(df["lr"].unique()), ("-", "--", ":", "-."), strict=False)}
     seen = set()
     for run, r in df.iterrows():
-        s = run_metric(rs, run, LOGITS_LOG_Z)
+        s = run_metric(rs, run, names.LOGIT_LOG_Z)
         if s.empty:
             continue
         label = f"z_loss={r['z_loss']:g}, lr {r['lr']:g}"

@@ -24,19 +24,9 @@ from normlab.analysis.estimate import Estimate, estimate, fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import ReportFigure, plot_grad_profile_init
 from normlab.metrics import names
-from normlab.study.findings._common import (
-    CI_LABEL,
-    CannotEvaluate,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    fmt_series,
-    group_labels,
-    need,
-    subset,
-    varies,
-)
+from normlab.study.findings._finding import CannotEvaluate, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import CI_LABEL, fmt_series
+from normlab.study.findings._runs import group_labels, need, subset, varies
 from normlab.study.verdicts import CONFIDENCE, Check, Outcome, Precondition, check, combine
 
 # Fig. 3 plots the growth without a size to carry over: a top third ≥ 10 % above the bottom third (log

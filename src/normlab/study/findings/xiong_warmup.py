@@ -21,27 +21,11 @@ import math
 from normlab.analysis.estimate import fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_grid, plot_loss
-from normlab.study.findings._common import (
-    CI_LABEL,
-    CannotEvaluate,
-    Drawn,
-    Extras,
-    Finding,
-    Perturbation,
-    baseline_note,
-    compare,
-    diverged_count,
-    fmt_series,
-    group_labels,
-    learned_count,
-    loss_of,
-    need,
-    paired,
-    per_seed,
-    require_learning,
-    values,
-    where,
-)
+from normlab.study.findings._compare import compare, paired
+from normlab.study.findings._finding import CannotEvaluate, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._format import CI_LABEL, diverged_count, fmt_series, per_seed
+from normlab.study.findings._learning import baseline_note, learned_count, require_learning
+from normlab.study.findings._runs import group_labels, loss_of, need, values, where
 from normlab.study.verdicts import CONFIDENCE, Outcome, Precondition, check
 
 # The paper's gap is in BLEU (8.45 without warm-up against ≈ 34 with it, Fig. 2), not a loss we can carry

@@ -1,0 +1,151 @@
+"""A finding and its parts: the claim with its source and preset (`Finding`), what it measures besides its
+runs (`Measurement`), the change of setup run beside it (`Perturbation`), a choice made on seeds the
+verdict does not use (`Calibration`), and the error an analysis raises when the runs lack what it needs.
+
+Its own module because it is what a finding *is* (the registry in `findings/__init__.py`, robustness and
+the report read it), apart from the helpers an analysis computes with.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from normlab.analysis.load import RunSet
+from normlab.io import write_text_atomic
+from normlab.study.verdicts import Outcome
+
+Extras = dict[str, Any]
+Drawn = list[tuple[str, str, Figure]]  # (file key, caption, figure)
+
+PRESET_GROUP = "findings"  # the presets are configs/experiment/findings/NAME.yaml
+
+
+class CannotEvaluate(ValueError):
+    """The runs do not hold what a finding needs (a variant or a metric is missing)."""
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One change of a preset's setup, run as a second sweep beside the preset's own (robustness.py).
+
+    `reuse` names the runs of the preset's own sweep that the change does not touch (config key → value,
+    e.g. {"norm": "ln"} when only BatchNorm's statistics change): the perturbed sweep runs only the others
+    (its overrides narrow the sweep), and the perturbed verdict is computed on both together."""
+
+    label: str  # how the report names it: "lr × 2 (6e-3)"
+    overrides: tuple[str, ...]  # Hydra overrides added to the preset's: ("optim.lr=6e-3",)
+    why: str  # why this is the setting most likely to decide the verdict
+    reuse: tuple[tuple[str, str], ...] = ()  # (key, value) of the preset's runs the change leaves alone
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A choice made on runs that the verdict does not then use (a head, a learning rate, α₀): the seeds it
+    ran on, the sweep that makes it (Hydra overrides on top of the preset, run by
+    `scripts/reproduce.py --calibrate` into sweeps/NAME.calibration), what each arm gave when we ran it,
+    and what was chosen. The preset's own seeds must not include `seeds` (tests/reproduce check it)."""
+
+    seeds: tuple[int, ...]
+    overrides: tuple[str, ...]  # e.g. ("model.tie_embeddings=true,false", "optim.lr=1e-3,5e-3", "seed=0")
+    arms: str  # what each arm gave when we ran it (ours), in words with numbers
+    chosen: str  # what the preset uses, and why
+
+
+def _no_lines(result: dict[str, Any]) -> list[str]:
+    return []
+
+
+def _silent(line: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a finding measures besides its sweep's runs (finding 5: the norm profiler), taken once the
+    sweep has run and stored beside its runs as JSON, so that a report rebuilt from existing sweeps has
+    it too; `evaluate` and `draw` find it in their extras under `key`."""
+
+    key: str  # its name in the extras: "profile"
+    file: str  # its file in the sweep directory: "profile_norm.json"
+    take: Callable[[Sequence[str]], dict[str, Any]]  # the preset's overrides → a JSON-able result
+    describe: Callable[[dict[str, Any]], list[str]] = _no_lines  # a few lines saying what was measured
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A claim, its source, the preset that tests it (configs/experiment/findings/NAME.yaml) and its
+    analysis."""
+
+    number: int
+    name: str  # the preset: configs/experiment/findings/NAME.yaml
+    title: str
+    claim: str
+    source: str  # what a reader can check: paper, section / figure; "Observed here" for our own
+    core: bool  # part of `scripts/reproduce.py --core`
+    evaluate: Callable[[RunSet, Extras], Outcome]
+    draw: Callable[[RunSet, Extras], Drawn]
+    measurements: tuple[Measurement, ...] = ()  # taken after the sweep by scripts/reproduce.py
+    ours: bool = False  # observed in this project, not a published claim
+    # the change of setup most likely to decide the verdict, run as a second sweep (see robustness.py)
+    perturbation: Perturbation | None = None
+    calibration: Calibration | None = None  # a choice made on seeds the verdict does not use
+    # a claim we put together from published ones that none of them makes for this model (finding 6)
+    composite: bool = False
+    # the scale of the source's own evidence, and the preset findings/paper/NAME that runs it (docs/findings)
+    paper_scale: str = ""
+    short: str = ""  # the claim in a few words, for the README's table
+    # "can this happen here?" in one sentence, for a finding whose claim needs no precondition of its own
+    can_happen: str = ""
+
+    @property
+    def preset(self) -> str:
+        """Its preset as `+experiment=` names it."""
+        return f"{PRESET_GROUP}/{self.name}"
+
+    def measure(
+        self, sweep_dir: str | Path, overrides: Sequence[str], echo: Callable[[str], None] = _silent
+    ) -> Extras:
+        """Take this finding's measurements for a sweep run with `overrides` and store each beside the
+        sweep's runs; returns them as the extras `evaluate` and `draw` take. Hydra's own settings
+        (hydra.launcher.n_jobs=…) mean nothing outside a Hydra run and are left out. `echo` gets the
+        lines each measurement's `describe` says about its result."""
+        plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+        extras: Extras = {}
+        for m in self.measurements:
+            result = m.take(plain)
+            write_text_atomic(Path(sweep_dir) / m.file, json.dumps(result, indent=2) + "\n")
+            for line in m.describe(result):
+                echo(line)
+            extras[m.key] = result
+        return extras
+
+    def load_extras(self, sweep_dir: str | Path) -> Extras:
+        """The measurements stored beside a sweep's runs (those not taken left out)."""
+        extras: Extras = {}
+        for m in self.measurements:
+            path = Path(sweep_dir) / m.file
+            if path.is_file():
+                extras[m.key] = json.loads(path.read_text())
+        return extras
+
+    @property
+    def paper_preset(self) -> str:
+        """Its paper-scale preset as `+experiment=` names it (configs/experiment/findings/paper/NAME.yaml)."""
+        return f"{PRESET_GROUP}/paper/{self.name}"
+
+    @property
+    def cite(self) -> str:
+        """The source in a few words: 'Xiong et al. 2020'."""
+        if self.ours:
+            return "observed here"
+        head = self.source.split(",")[0].split(" (")[0]
+        return head.replace("*", "").strip().rstrip(".")
+
+    def __repr__(self) -> str:
+        return f"<Finding {self.number}: {self.name}>"
