@@ -18,7 +18,7 @@ from normlab.analysis.sweep_report import md_table
 from normlab.study.findings import Finding
 from normlab.study.robustness import Robustness
 from normlab.study.timings import fmt_duration
-from normlab.study.verdicts import CONFIDENCE, NOT_TESTED, SETUP_FAILED, Outcome
+from normlab.study.verdicts import ALPHA, CONFIDENCE, NOT_TESTED, SETUP_FAILED, Outcome
 
 README_START = "<!-- --8<-- [start:findings] -->"
 README_END = "<!-- --8<-- [end:findings] -->"
@@ -85,7 +85,15 @@ def _brief(name: str, words: int = 9) -> str:
 
 def readme_table(rows: Sequence[Sequence[str]], command: str, intro: str) -> str:
     """The README's findings table (between README_START and README_END), from one report build."""
-    headers = ["#", "finding", "source", "preset", "verdict here (90 % CIs)", "decided at", "robustness"]
+    headers = [
+        "#",
+        "finding",
+        "source",
+        "preset",
+        f"verdict here ({100 * CONFIDENCE:.0f} % CIs)",
+        "decided at",
+        "robustness",
+    ]
     return "\n".join(["", md_table(headers, [list(r) for r in rows]), "", intro, ""])
 
 
@@ -105,7 +113,7 @@ def readme_intro(report: Path, readme: Path, command: str | None, totals: str) -
         f"Generated with the findings report (`{os.path.relpath(report.resolve(), readme.resolve().parent)}`) "
         f"by `{command or 'scripts/reproduce.py'}`"
         + (f" ({totals.split(': ', 1)[1].rstrip('.')})" if totals else "")
-        + ". Intervals are two-sided 90 % (one-sided tests at 5 %); each check's rule is its margin, the "
+        + f". Intervals are two-sided {100 * CONFIDENCE:.0f} % (one-sided tests at {100 * ALPHA:g} %); each check's rule is its margin, the "
         "smallest effect that counts. *Not tested here*: the phenomenon the claim is about did not happen "
         'at this scale (the report says what would make it happen). "Robustness": the verdict with any '
         "one seed dropped and under the one change of setup each finding names; *cannot move it* marks a "
