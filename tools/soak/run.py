@@ -55,6 +55,7 @@ def soak(spec: SoakSpec) -> SoakResult:
     pending: dict[str, FaultRecord] = {}  # file faults by job, until an invocation has dealt with them
     damaged: dict[int, str] = {}  # the job (its overrides) of each file fault, by the fault's number
     wrong_labels: set[str] = set()
+    as_signals = 0
     while len(faults) < spec.faults:
         if sweep is None:
             waiting = []
@@ -75,6 +76,11 @@ def soak(spec: SoakSpec) -> SoakResult:
                         plan[len(faults)], plan[later[0]] = SIGNAL, FILE
                     else:
                         plan[len(faults)] = SIGNAL
+                        as_signals += 1
+                        _note(
+                            log,
+                            f"fault {len(faults) + 1}: no job has written a file to damage yet: a signal instead",
+                        )
                     break
                 record.target = job_dirs(faulted)[job].name
                 faults.append(record)
@@ -170,6 +176,7 @@ def soak(spec: SoakSpec) -> SoakResult:
         time.monotonic() - t0,
         problems + final_problems,
         mislabeled=len(wrong_labels),
+        file_faults_as_signals=as_signals,
     )
 
 

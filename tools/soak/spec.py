@@ -125,6 +125,9 @@ class SoakResult:
     wall_s: float
     problems: list[str]
     mislabeled: int = 0  # job or run directories whose config says another seed or lr than trained it
+    # file faults planned where no job had written the file yet and no later signal was left to go first
+    # (on a loaded machine the faults can all come before a job trains): sent as signals instead
+    file_faults_as_signals: int = 0
 
     @property
     def survived(self) -> int:
@@ -154,7 +157,12 @@ class SoakResult:
             f"{self.steps_lost}, mislabelled configs: {self.mislabeled} (N={self.spec['jobs']} jobs × "
             f"{self.spec['steps']} steps, {self.steps_recomputed} steps recomputed after SIGKILLs, {self.equal} "
             f"of {self.spec['jobs']} jobs bit-identical to the uninterrupted sweep, {self.invocations} "
-            f"invocations, {self.wall_s:.0f} s)"
+            f"invocations, {self.wall_s:.0f} s"
+            + (
+                f", {self.file_faults_as_signals} file fault(s) sent as signals: nothing written yet)"
+                if self.file_faults_as_signals
+                else ")"
+            )
         )
 
     def to_json(self) -> str:
