@@ -197,3 +197,23 @@ def test_the_core_sets_wall_time_names_the_share_of_its_perturbed_sweeps():
     assert "20 min 00 s (8 min 00 s of it the perturbed sweeps" in line
     findings = {n: {"wall_s": 300.0} for n in CORE}  # run with --no-perturb: no share to name
     assert "perturbed" not in totals_line({"findings": findings}, list(CORE))
+
+
+def test_the_header_says_which_findings_were_continued_and_the_readme_intro_ships_no_machine_path(tmp_path):
+    """A finding whose record adds several sessions is named under the sessions (their wall time covers only
+    part of it); the README's intro writes the report command as a report ships it (no absolute path)."""
+    from normlab.study.findings_report.header import header_lines
+    from normlab.study.findings_report.overview import readme_intro
+
+    timings = {
+        "findings": {"xiong_warmup": {"wall_s": 60.0, "sessions": 3}, "xiong_grad_profile": {"wall_s": 9.0}}
+    }
+    text = "\n".join(
+        header_lines({**timings, "sessions": []}, ["xiong_grad_profile", "xiong_warmup"], [], None)
+    )
+    assert "Continued from earlier sessions that stopped before they ended (xiong_warmup)" in text
+    single = {"findings": {"xiong_warmup": {"wall_s": 60.0}}, "sessions": []}
+    assert "Continued" not in "\n".join(header_lines(single, ["xiong_warmup"], [], None))
+    command = "python scripts/reproduce.py --from-existing --out /somewhere/machine/round3 --readme README.md"
+    intro = readme_intro(tmp_path / "docs" / "REPORT.md", tmp_path / "README.md", command, "")
+    assert "/somewhere" not in intro and "--out round3" in intro

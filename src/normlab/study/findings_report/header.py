@@ -44,6 +44,13 @@ def header_lines(
                 f"- `{shipped(s['command'])}` — {what}: wall time {fmt_duration(s['wall_s'])}, started {s['started']}."
             )
         lines.append("")
+    continued = [n for n in names if timings["findings"].get(n, {}).get("sessions", 1) > 1]
+    if continued:  # a session's wall time then covers only part of what these findings cost
+        lines += [
+            f"Continued from earlier sessions that stopped before they ended ({', '.join(continued)}): "
+            "a finding's wall time adds the seconds of every session that worked on it.",
+            "",
+        ]
     if machines:
         distinct = list(dict.fromkeys(machine_line(m) for m in machines))
         lines.append("Machine: " + "; ".join(distinct) + ".")

@@ -16,6 +16,7 @@ from typing import Any
 from normlab.analysis.estimate import fmt_estimate
 from normlab.analysis.sweep_report import md_table
 from normlab.study.findings import Finding
+from normlab.study.findings_report.section import shipped
 from normlab.study.robustness import Robustness
 from normlab.study.timings import fmt_duration
 from normlab.study.verdicts import ALPHA, CONFIDENCE, NOT_TESTED, SETUP_FAILED, Outcome
@@ -111,7 +112,7 @@ def readme_intro(report: Path, readme: Path, command: str | None, totals: str) -
     """The paragraph under the README's findings table: where the table comes from and how to read it."""
     return (
         f"Generated with the findings report (`{os.path.relpath(report.resolve(), readme.resolve().parent)}`) "
-        f"by `{command or 'scripts/reproduce.py'}`"
+        f"by `{shipped(command) if command else 'scripts/reproduce.py'}`"
         + (f" ({totals.split(': ', 1)[1].rstrip('.')})" if totals else "")
         + f". Intervals are two-sided {100 * CONFIDENCE:.0f} % (one-sided tests at {100 * ALPHA:g} %); each check's rule is its margin, the "
         "smallest effect that counts. *Not tested here*: the phenomenon the claim is about did not happen "
