@@ -14,7 +14,7 @@ ALLOWED = {
     "data": {"errors", "io", "knobs"},
     "metrics": {"model", "io", "knobs", "summary"},
     # the groups' options: their dataclasses live with the code they configure, below
-    "config": {"model", "data", "metrics", "errors", "knobs", "configs"},
+    "config": {"model", "data", "metrics", "errors", "knobs", "configs", "generated"},
     "train": {
         "model",
         "data",
@@ -29,7 +29,7 @@ ALLOWED = {
     },
     # analysis only reads run directories: metric names and summary.json's definition, atomic writes
     # and the rules that name why a run failed (pure functions, no torch: train.diagnosis and its schedule)
-    "analysis": {"metrics", "summary", "train.diagnosis", "train.schedule", "errors", "io"},
+    "analysis": {"metrics", "summary", "train.diagnosis", "train.schedule", "errors", "io", "generated"},
     "bench": {"model", "data", "metrics", "train", "config", "configs", "errors", "io"},
     # the study layer reads runs through analysis and measures with bench (finding 5's norm profiler)
     "study": {
@@ -54,6 +54,7 @@ BOTTOM = {
     "io.py": set(),
     "summary.py": {"io"},
     "commands.py": set(),
+    "generated.py": set(),
     "distributed.py": set(),
     "sweep_progress.py": set(),  # a Hydra callback every job loads: nothing of normlab
 }

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from normlab.analysis.missing_variants import FAMILIES
 from normlab.analysis.plots import FIGURES
+from normlab.generated import with_region, without_regions
 from normlab.metrics import names
 
 PAGE = "docs/metrics.md"
@@ -83,25 +84,13 @@ TABLES: dict[str, Callable[[], str]] = {"metric names": names_table, "report fig
 def render(text: str) -> str:
     """`text` (docs/metrics.md) with each generated region replaced by its table as the registries give it."""
     for region, table in TABLES.items():
-        start, end = f"<!-- generated: {region} -->", f"<!-- end generated: {region} -->"
-        if start not in text or end not in text:
-            raise ValueError(
-                f"{PAGE} has no region {start} … {end}; add the two markers where the table goes"
-            )
-        head, rest = text.split(start, 1)
-        _, tail = rest.split(end, 1)
-        text = f"{head}{start}\n{table()}\n{end}{tail}"
+        text = with_region(text, region, table(), PAGE)
     return text
 
 
 def undocumented(text: str) -> list[str]:
     """The names of names.py that the page's hand-written part (outside the generated tables) never writes
     in backticks: a metric added without saying what it measures."""
-    prose = text
-    for region in TABLES:
-        start, end = f"<!-- generated: {region} -->", f"<!-- end generated: {region} -->"
-        if start in prose and end in prose:
-            head, rest = prose.split(start, 1)
-            prose = head + rest.split(end, 1)[1]
+    prose = without_regions(text, TABLES)
     written = set(re.findall(r"`([^`]+)`", prose))
     return [name for name, _ in metric_names() if not all(form in written for form in documented_forms(name))]

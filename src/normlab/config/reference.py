@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from normlab.config.groups import GROUPS, Option, RootConfig
 from normlab.config.help import where
+from normlab.generated import with_region
 from normlab.knobs import shown, what_it_takes
 from normlab.model.norms import NORMS, norm_symbol, qk_norms
 from normlab.model.placements import PLACEMENTS
@@ -145,12 +146,5 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
 def render_tables(page: str, text: str) -> str:
     """`text` (the page `page`) with each generated region replaced by its table as the registries give it."""
     for name, table in TABLES[page].items():
-        start, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
-        if start not in text or end not in text:
-            raise ValueError(
-                f"{page} has no region {start} … {end}; add the two markers where the table goes"
-            )
-        head, rest = text.split(start, 1)
-        _, tail = rest.split(end, 1)
-        text = f"{head}{start}\n{table()}\n{end}{tail}"
+        text = with_region(text, name, table(), page)
     return text
