@@ -13,7 +13,7 @@ from normlab.model.blocks import BLOCKS, Block, BlockParts, ForwardTaps, Stream,
 from normlab.model.config import ModelConfig
 from normlab.model.norms import NORMS, build_norm, norm_spec, norm_symbol, slot_spec
 from normlab.model.placements import PLACEMENTS, placement_spec
-from normlab.model.roles import ALL, ROLE, removes_shift
+from normlab.model.roles import ALL, ROLE, bias_rows, removes_shift
 from normlab.model.stackable import Linear
 from normlab.model.variant import (
     INITS,
@@ -262,9 +262,9 @@ class GPT(nn.Module):
             if removes_shift(branch.norm_out) or h_removed:
                 found += branch.sublayer.output_shift_biases()
             if h_removed:
-                found += _norm_bias(branch.norm_out)
+                found += bias_rows(branch.norm_out)
             if after:
-                found += _norm_bias(branch.norm_add)
+                found += bias_rows(branch.norm_add)
         names = {id(p): name for name, p in self.named_parameters()}
         return [(names[id(p)], p, rows) for p, rows in found]
 
@@ -285,8 +285,3 @@ class GPT(nn.Module):
     def n_params(self) -> int:
         """Trainable parameters, the tied head counted once."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-
-def _norm_bias(norm: nn.Module) -> list[tuple[nn.Parameter, slice]]:
-    bias = getattr(norm, "bias", None)
-    return [(bias, ALL)] if isinstance(bias, nn.Parameter) else []

@@ -28,7 +28,7 @@ def removes_shift(norm: nn.Module) -> bool:
     return bool(getattr(norm, "removes_batch_shift", False))
 
 
-def bias_rows(module: nn.Module) -> list[tuple[nn.Parameter | None, slice]]:
+def bias_rows(module: nn.Module) -> list[tuple[nn.Parameter, slice]]:
     """A module's own bias, if it has one, as (parameter, rows)."""
     bias = getattr(module, "bias", None)
     return [(bias, ALL)] if isinstance(bias, nn.Parameter) else []
