@@ -83,10 +83,10 @@ def test_declared_roles_group_as_the_parameter_names_did(qk_norm):
     (a placement with a block of its own may hold norms the name rule misses: the reason roles are declared)."""
     from normlab.metrics.layout import parameter_part
     from normlab.model import GPT, NORMS, PLACEMENTS
-    from normlab.model.blocks import BLOCKS
+    from normlab.model.blocks import Block
 
     for norm in NORMS:
-        for placement in [p for p in NORMS[norm].placements or PLACEMENTS if p not in BLOCKS]:
+        for placement in [p for p in NORMS[norm].placements or PLACEMENTS if PLACEMENTS[p].block is Block]:
             model = GPT(50, 8, 16, 2, 3, norm=norm, placement=placement, qk_norm=qk_norm)
             declared = model.parameter_parts()
             by_name = {n: parameter_part(n) for n, _ in model.named_parameters() if n.startswith("blocks.")}

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
 from normlab.data.config import DATA
-from normlab.knobs import Knobs, knob, not_allowed
+from normlab.errors import InvalidConfig
+from normlab.knobs import Knobs, choices, fields_of, knob, shown
 from normlab.metrics.divergence import DivergenceConfig
 from normlab.metrics.instruments import InstrumentConfig
 from normlab.metrics.spikes import SpikeConfig
@@ -246,11 +247,21 @@ def config_class(group: str, values: Mapping[str, Any]) -> type[Knobs]:
     classes = {o.config for o in options.values()}
     if len(classes) == 1:
         return classes.pop()
-    name = values.get("name")
-    if name not in options:
-        any_class = next(iter(classes))
-        raise not_allowed(any_class, "name", name)
+    name, names = values.get("name"), names_taken(group)
+    if name not in options or name not in names:  # norm.name=dyt_llama: an option, not a norm's name
+        raise InvalidConfig(
+            f"{group}.name={shown(name)} is not allowed; {group}.name takes one of {', '.join(names)}.",
+            f"{group}.name",
+        )
     return options[name].config
+
+
+def names_taken(group: str) -> list[str]:
+    """What `GROUP.name` takes: the names the classes of the group's options accept, in the options' order.
+    Read here, where the options are listed, because a class need not know the others (a norm's config
+    takes its own name only: model/norm_config.py)."""
+    rules = [fields_of(o.config)["name"].metadata["rule"] for o in GROUPS[group].values()]
+    return list(dict.fromkeys(c for rule in rules for c in choices(rule) or ()))
 
 
 def settings() -> list[str]:

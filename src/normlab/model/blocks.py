@@ -1,8 +1,9 @@
 """The blocks a GPT stacks: causal self-attention, the feed-forward, the residual branch that wraps either in
-its norm slots, `BlockParts` (what one block is built from) and `Block`; `BLOCKS`, the placements with a block
-class of their own; and what a probed forward measures inside them (`ForwardTaps`). Apart from the GPT
-(`model/gpt.py`), which only embeds, stacks these and reads out: a placement with a block of its own is written
-here, from `BlockParts`, without reading the GPT.
+its norm slots (`Slots`: which are filled), `BlockParts` (what one block is built from) and `Block`; and what
+a probed forward measures inside them (`ForwardTaps`). Apart from the GPT (`model/gpt.py`), which only embeds,
+stacks these and reads out, and below the placements (`model/placements.py`), which name the block class each
+is built with (`Placement.block`): a placement with a block of its own builds it from `BlockParts` without
+reading the GPT, and nothing here reads a placement.
 """
 
 from __future__ import annotations
@@ -16,10 +17,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.model.norms import build_norm, build_qk_norm, slot_spec
-from normlab.model.placements import Slots
 from normlab.model.roles import ALL, ATTN, FFN, NORM, bias_rows, declare, removes_shift
 from normlab.model.stackable import Linear, causal_attention
-from normlab.model.variant import check_heads
+
+
+@dataclass(frozen=True)
+class Slots:
+    """What the norm slots of one block's two branches hold: each slot is named as the module that fills it
+    (`ResidualBranch.norm_in`, `norm_out`, `norm_add`: the names in checkpoints and in gradient grouping)."""
+
+    norm_in: bool  # N(x) feeds the sublayer
+    norm_out: bool  # the sublayer's output is normalised before the add
+    norm_add: bool  # the sum is normalised (the residual stream itself passes through N)
+    input_scale: float = 1.0  # multiplies norm_in's output (LayerNorm Scaling's 1/√l)
+
 
 # What flows from block to block: the residual stream x, or (x, d) with ResiDual's second stream d.
 Stream = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
@@ -73,7 +84,6 @@ class CausalSelfAttention(nn.Module):
         pre_output: nn.Module | None = None,
     ) -> None:
         super().__init__()
-        check_heads(d_model, n_heads)
         declare(self, ATTN)
         self.n_heads = n_heads
         self.qkv = Linear(d_model, 3 * d_model, bias=bias)
@@ -187,8 +197,8 @@ class ResidualBranch(nn.Module):
 class BlockParts:
     """What one block is built from, by name: its width, heads, norm spec and slots, residual scale α,
     dropout, biases, FFN width, context and qk-norm, and whether a second stream runs beside x. A block
-    class takes it whole (`Block(parts)`), so a placement with a block of its own (BLOCKS) is built from
-    these parts and the helpers below, never from positional arguments."""
+    class takes it whole (`Block(parts)`), so a placement with a block of its own (`Placement.block`) is
+    built from these parts and the helpers below, never from positional arguments."""
 
     d_model: int
     n_heads: int
@@ -240,7 +250,3 @@ class Block(nn.Module):
 
     def forward(self, stream: Stream, taps: list[torch.Tensor] | None = None) -> Stream:
         return self.ffn(self.attn(stream, taps), taps)
-
-
-# placements whose blocks are not slot choices: name → the block class, built from BlockParts
-BLOCKS: dict[str, type[nn.Module]] = {}

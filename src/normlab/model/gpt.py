@@ -9,7 +9,7 @@ import math
 import torch
 from torch import nn
 
-from normlab.model.blocks import BLOCKS, Block, BlockParts, ForwardTaps, Stream, stream_rms
+from normlab.model.blocks import BlockParts, ForwardTaps, Stream, stream_rms
 from normlab.model.config import ModelConfig
 from normlab.model.norms import NORMS, build_norm, norm_spec, norm_symbol, slot_spec
 from normlab.model.placements import PLACEMENTS, placement_spec
@@ -20,6 +20,7 @@ from normlab.model.variant import (
     POSITIONS,
     InvalidVariant,
     Spec,
+    check_heads,
     check_variant,
     layers_formula,
 )
@@ -73,6 +74,7 @@ class GPT(nn.Module):
             raise InvalidVariant(f"model.pos={pos} is unknown; choose one of {', '.join(POSITIONS)}.")
         if n_layers < 1:
             raise InvalidVariant(f"depth={n_layers} must be at least 1.")
+        check_heads(d_model, n_heads)
         norm, placement = norm_spec(norm), placement_spec(placement)
         kind, where = NORMS[norm["name"]], PLACEMENTS[placement["name"]]
         self.norm_name, self.placement, self.n_layers, self.qk_norm = (
@@ -99,9 +101,8 @@ class GPT(nn.Module):
             self.pos_emb = None
         self.drop = nn.Dropout(dropout)
         alpha = self.residual_scale
-        block = BLOCKS.get(placement["name"], Block)  # a placement with a block of its own, else Block
         self.blocks = nn.ModuleList(
-            block(
+            where.block(
                 BlockParts(
                     d_model,
                     n_heads,

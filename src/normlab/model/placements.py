@@ -8,7 +8,11 @@ blocks carry a second residual stream (ResiDual).
 
 Adding a slot-shaped placement is one entry in PLACEMENTS (its slots, final norm and the sentence `--help`
 shows); one that varies by layer is one entry whose function reads its knob from the group, declared in a
-PlacementConfig subclass (MixLNConfig).
+PlacementConfig subclass (MixLNConfig); one with a block of its own (a norm inside a sublayer) is one entry
+naming its block class (`block`, built from `BlockParts`) and how a formula writes its sublayer (`sublayer`).
+
+The blocks are below this module (model/blocks.py: `Slots`, `BlockParts`, `Block`), which never reads a
+placement: an entry names the block class it is built with, and the GPT builds `entry.block(parts)`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from torch import nn
+
 from normlab.knobs import Knobs, knob
+from normlab.model.blocks import Block, BlockParts, Slots
 
 
 @dataclass(frozen=True)
@@ -43,17 +50,6 @@ class MixLNConfig(PlacementConfig):
     )
 
 
-@dataclass(frozen=True)
-class Slots:
-    """What the norm slots of one block's two branches hold: each slot is named as the module that fills it
-    (`ResidualBranch.norm_in`, `norm_out`, `norm_add`: the names in checkpoints and in gradient grouping)."""
-
-    norm_in: bool  # N(x) feeds the sublayer
-    norm_out: bool  # the sublayer's output is normalised before the add
-    norm_add: bool  # the sum is normalised (the residual stream itself passes through N)
-    input_scale: float = 1.0  # multiplies norm_in's output (LayerNorm Scaling's 1/√l)
-
-
 PRE = Slots(norm_in=True, norm_out=False, norm_add=False)
 POST = Slots(norm_in=False, norm_out=False, norm_add=True)
 DOUBLE = Slots(norm_in=True, norm_out=True, norm_add=False)
@@ -74,7 +70,10 @@ class Placement:
 
     With `dual_stream` (ResiDual) every branch also adds its raw output F(·) to a second stream d, which
     starts as the embedding, and the LM head reads x + N(d), N being the final norm. `about` is what
-    `--help` says of it; `config` declares its knobs, if it has any.
+    `--help` says of it; `config` declares its knobs, if it has any. `block` is the class of its blocks,
+    built from `BlockParts`: `Block` (an attention branch, then a feed-forward branch, norms in the slots)
+    unless the placement is not a choice of slots (a norm inside a sublayer), and then `sublayer` says how
+    a formula writes that sublayer.
     """
 
     layers: Slots | LayerSlots
@@ -83,6 +82,7 @@ class Placement:
     dual_stream: bool = False
     config: type[PlacementConfig] = PlacementConfig
     sublayer: SublayerText = plain_sublayer  # how a formula writes a sublayer (its block's own parts)
+    block: Callable[[BlockParts], nn.Module] = Block  # the block class: Block(parts) for slot placements
 
     def slots(self, index: int, depth: int, spec: Mapping[str, Any]) -> Slots:
         """The slots of block `index` (0 = closest to the embedding) in a stack of `depth` blocks."""

@@ -5,15 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from normlab.model.blocks import Slots
 from normlab.model.norms import DEEPNORM_BASES, NORMS, norm_spec, norm_symbol, qk_norms
-from normlab.model.placements import (
-    PLACEMENTS,
-    Slots,
-    SublayerText,
-    branch_formula,
-    placement_spec,
-    plain_sublayer,
-)
+from normlab.model.placements import PLACEMENTS, SublayerText, branch_formula, placement_spec, plain_sublayer
 
 INITS = ("gpt2", "xavier")
 POSITIONS = ("learned", "sinusoidal")
