@@ -1,6 +1,8 @@
 """The GPT's variants: formulas, DeepNorm against the paper, init schemes, and causality."""
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -317,22 +319,46 @@ def explicit_attention(attn, x: torch.Tensor, norm) -> torch.Tensor:
     return torch.nn.functional.linear(torch.cat(outs, -1), attn.out.weight, attn.out.bias)
 
 
+# Each norm's formula, written from its paper (or the authors' code, where that is what we follow) with
+# plain tensor ops; `norm` is the module only as the holder of the learned parameters and eps. NORM_REFS
+# below checks every norm of NORMS against these inside a model, the qk-norm test inside attention.
+
+
 def layer_norm_ref(z, norm):
+    # Ba et al. 2016, Layer Normalization: μ and σ over the H features of one case (their eq. 3, as
+    # shortscience.org quotes it), then gain g and bias b; eps inside the root and the biased variance as
+    # torch's nn.LayerNorm documents it (docs.pytorch.org, torch.nn.LayerNorm)
     mean = z.mean(-1, keepdim=True)
     var = ((z - mean) ** 2).mean(-1, keepdim=True)
-    return (z - mean) / torch.sqrt(var + 1e-5) * norm.weight + norm.bias
+    return (z - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
 
 
 def rms_norm_ref(z, norm):
-    return z / torch.sqrt((z**2).mean(-1, keepdim=True) + 1e-6) * norm.weight
+    # Zhang & Sennrich 2019: ā_i = a_i / RMS(a) · g_i, RMS(a) = √(1/n Σ a_i²) (bzhangGo/rmsnorm, README.md);
+    # eps inside the root, as that README's LayerNormLayer for Nematus: x · rsqrt(mean(x²) + eps)
+    return z / torch.sqrt((z**2).mean(-1, keepdim=True) + norm.eps) * norm.weight
 
 
-def dyt_ref(z, norm):  # Zhu et al. 2025: γ·tanh(α·z) + β
+def batch_norm_ref(z, norm):
+    # Ioffe & Szegedy 2015: (x − E[x]) / √(Var[x] + eps) · γ + β with the mini-batch's mean and biased
+    # variance in training (torch's nn.BatchNorm1d documents it so, docs.pytorch.org); here per position
+    # over the batch (dim 0) only, the causal choice docs/model.md explains
+    mean = z.mean(0, keepdim=True)
+    var = ((z - mean) ** 2).mean(0, keepdim=True)
+    return (z - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
+
+
+def dyt_ref(z, norm):  # Zhu et al. 2025: γ·tanh(α·z) + β (jiachenzhu/DyT, dynamic_tanh.py)
     return norm.weight * torch.tanh(norm.alpha * z) + norm.bias
 
 
-def scalenorm_ref(z, norm):  # Nguyen & Salazar 2019: g·z/‖z‖
-    return norm.scale * z / torch.sqrt((z**2).sum(-1, keepdim=True))
+def scalenorm_ref(z, norm):
+    # Nguyen & Salazar 2019: g·z/‖z‖, ‖z‖ clamped below at eps (tnq177/transformers_without_tears, layers.py)
+    return norm.scale * z / torch.sqrt((z**2).sum(-1, keepdim=True)).clamp(min=norm.eps)
+
+
+def no_norm_ref(z, norm):  # the control: no normalization, z itself
+    return z
 
 
 @pytest.mark.parametrize(
@@ -486,6 +512,94 @@ def test_each_placement_computes_its_papers_equations(placement):
         torch.testing.assert_close(model.features(idx), ref(model, x), rtol=1e-5, atol=1e-5)
 
 
+# ------------------------------------------------------------------------------------------------------
+# Each norm inside a 3-block model against its paper's formula (above): the reference walks the blocks as
+# its placement's equation says, applying the norm's formula by hand in every filled slot and before the
+# head, with the norms' learned parameters moved away from their init so that a wrong formula shows.
+# Like PLACEMENT_REFS, every norm of NORMS must have one: a norm added without it fails here.
+
+
+class NormRef(NamedTuple):
+    formula: Callable  # (z, the module holding the parameters) -> N(z)
+    placement: str = "pre"  # where the paper puts it: Pre-LN x ← x + F(N(x)), final N; or Post-LN
+    alpha: Callable[[int], float] = lambda n_layers: 1.0  # the skip path's scale
+
+
+NORM_REFS = {
+    "ln": NormRef(layer_norm_ref),
+    "rms": NormRef(rms_norm_ref),
+    "bn": NormRef(batch_norm_ref),
+    # Wang et al. 2022 (DeepNet), decoder-only with N blocks: x ← LN(α·x + G(x)), α = (2N)^¼, Post-LN
+    # (microsoft/torchscale, architecture/decoder.py: residual_connection = residual·α + x, then the norm)
+    "deepnorm": NormRef(layer_norm_ref, "post", alpha=lambda n_layers: (2 * n_layers) ** 0.25),
+    "none": NormRef(no_norm_ref),
+    "dyt": NormRef(dyt_ref),
+    "scalenorm": NormRef(scalenorm_ref),
+}
+
+
+def norm_ref_forward(model, x, ref: NormRef):
+    """A model's features as `ref` says: the norm's formula in each branch's one filled slot (Pre-LN before
+    the sublayer, Post-LN after the scaled add) and before the head where the placement has a final norm."""
+
+    def slot(branch):
+        filled = [
+            m for m in (branch.norm_in, branch.norm_out, branch.norm_add) if not isinstance(m, nn.Identity)
+        ]
+        return filled[0] if filled else None  # none: no module to hold parameters
+
+    alpha = ref.alpha(len(model.blocks))
+    for block in model.blocks:
+        for b in branches(block):
+            if ref.placement == "pre":
+                x = x + b.sublayer(ref.formula(x, slot(b)))
+            else:
+                x = ref.formula(alpha * x + b.sublayer(x), slot(b))
+    return ref.formula(x, model.final_norm) if PLACEMENTS[ref.placement].final_norm else x
+
+
+def model_with_moved_norms(norm, placement):
+    torch.manual_seed(0)
+    model = make(norm, placement, n_layers=3, dropout=0.0).train()  # bn: the batch's statistics
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if name.endswith(("norm_in", "norm_out", "norm_add", "final_norm")):
+                for p in m.parameters():
+                    p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("norm", list(NORMS))
+def test_each_norm_computes_its_papers_formula(norm):
+    assert norm in NORM_REFS, (
+        f"norm={norm} has no formula reference: add its paper's equation to NORM_REFS (tests/test_model.py)"
+    )
+    ref = NORM_REFS[norm]
+    model = model_with_moved_norms(norm, ref.placement)
+    idx = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        x = model.tok_emb(idx) * model.embed_scale + model.pos_emb[:16]
+        torch.testing.assert_close(model.features(idx), norm_ref_forward(model, x, ref), rtol=1e-5, atol=1e-5)
+
+
+def test_every_norm_has_a_formula_reference_and_the_references_tell_norms_apart():
+    """The rule NORM_REFS enforces, and that the comparison can fail: a model compared with another norm's
+    formula, or DeepNorm without its α, does not match."""
+    assert set(NORM_REFS) == set(NORMS)
+    idx = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(1))
+    for norm, wrong in [
+        ("ln", NormRef(rms_norm_ref)),
+        ("rms", NormRef(lambda z, n: F.layer_norm(z, z.shape[-1:], n.weight, None, n.eps))),  # centred
+        ("scalenorm", NormRef(lambda z, n: n.scale * z / z.square().mean(-1, keepdim=True).sqrt())),  # RMS
+        ("bn", NormRef(layer_norm_ref)),
+        ("deepnorm", NormRef(layer_norm_ref, "post")),  # α = 1
+    ]:
+        model = model_with_moved_norms(norm, NORM_REFS[norm].placement)
+        with torch.no_grad():
+            x = model.tok_emb(idx) * model.embed_scale + model.pos_emb[:16]
+            assert not torch.allclose(model.features(idx), norm_ref_forward(model, x, wrong), atol=1e-3), norm
+
+
 def test_mixln_post_blocks_are_the_floor_of_rho_times_depth():
     def post_blocks(depth, rho):
         slots = make("ln", {"name": "mixln", "post_fraction": rho}, n_layers=depth).layer_slots
@@ -524,3 +638,64 @@ def test_deepnorm_takes_its_base_norms_own_defaults_unless_set(base, eps):
     assert set_eps.eps == 1e-3
     no_bias = make({"name": "deepnorm", "base": "ln", "bias": False}, "post").blocks[0].attn.norm_add
     assert no_bias.bias is None
+
+
+class InnerNormBlock(nn.Module):
+    """A block that is not a choice of slots, as a placement of its own would write it (Sub-LN's shape): a
+    norm inside each sublayer, before its output projection, and Pre-LN slots around it."""
+
+    def __init__(self, parts):
+        super().__init__()
+        self.attn = parts.branch(parts.attention(parts.norm_of("attn")), "attn")
+        hidden = parts.ffn_mult * parts.d_model
+        self.ffn = parts.branch(parts.feed_forward(parts.norm_of("ffn", hidden)), "ffn")
+
+    def forward(self, stream, taps=None):
+        return self.ffn(self.attn(stream, taps), taps)
+
+
+def test_a_placement_with_a_block_of_its_own_is_one_entry(monkeypatch):
+    """One PLACEMENTS entry naming its block class (Placement.block) is all the GPT needs: the blocks are
+    that class, their inner norms count as norms, the formula writes the sublayer as the entry says; every
+    other placement keeps the slot block."""
+    from normlab.model.blocks import Block
+    from normlab.model.placements import PRE, Placement
+
+    assert all(p.block is Block for p in PLACEMENTS.values())
+    entry = Placement(
+        PRE,
+        True,
+        "a test placement: a norm inside each sublayer",
+        sublayer=lambda name, arg, symbol: f"{name}[{symbol}]({arg})",
+        block=InnerNormBlock,
+    )
+    monkeypatch.setitem(PLACEMENTS, "inner", entry)
+    model = make("rms", "inner", n_layers=2)
+    assert all(type(b) is InnerNormBlock for b in model.blocks)
+    assert isinstance(model.blocks[0].ffn.sublayer.pre_output, RMSNorm)
+    assert model.blocks[0].ffn.sublayer.pre_output.weight.shape == (4 * 32,)
+    assert model.formula() == "x ← x + Attn[RMS](RMS(x)); x ← x + FFN[RMS](RMS(x))"
+    roles = model.parameter_parts()
+    assert roles["blocks.1.attn.sublayer.pre_output.weight"] == (1, "norm")
+    assert model(torch.randint(0, 50, (2, 16))).shape == (2, 16, 50)
+
+
+def test_a_norms_config_takes_its_own_name_and_the_group_names_every_norm():
+    """A norm's config knows its own name only (no import of the registry that lists it); which names exist
+    is answered where the group's options are listed, with every norm of NORMS."""
+    from normlab.config.groups import config_class
+    from normlab.errors import InvalidConfig
+    from normlab.model.batch_norm import BatchNormConfig
+    from normlab.model.norms import RMSNormConfig
+
+    assert all(kind.config().name == name for name, kind in NORMS.items())
+    with pytest.raises(InvalidConfig, match="norm.name=ln is not allowed; norm.name takes one of rms"):
+        RMSNormConfig(name="ln")  # an RMSNorm config labelled LayerNorm
+    assert BatchNormConfig(eps=1e-3).name == "bn"
+    everything = ", ".join(NORMS)
+    for name in ("foo", "dyt_llama"):  # dyt_llama: an option of norm=, not a norm's name
+        with pytest.raises(
+            InvalidConfig, match=f"norm.name={name} is not allowed; norm.name takes one of {everything}."
+        ):
+            config_class("norm", {"name": name})
+    assert config_class("norm", {"name": "bn"}) is BatchNormConfig
