@@ -225,19 +225,39 @@ def test_the_metrics_tables_are_generated_from_the_names_and_the_figures() -> No
 
 
 def test_the_tables_of_norms_and_placements_are_generated_from_the_registries() -> None:
-    """README.md's and docs/model.md's tables of norms and placements are what `python
-    scripts/config_reference.py` writes from NORMS and PLACEMENTS: a norm or placement added without
-    regenerating them fails here."""
-    from normlab.config.reference import TABLES, render_tables
+    """README.md's and docs/model.md's tables of norms and placements, and the norm names in docs/errors.md,
+    are what `python scripts/config_reference.py` writes from NORMS and PLACEMENTS: a norm or placement added
+    without regenerating them fails here."""
+    from normlab.config.reference import PAGES, render_tables
     from normlab.model import NORMS, PLACEMENTS
 
-    for page in TABLES:
+    assert {"README.md", "docs/model.md", "docs/errors.md"} <= set(PAGES)
+    for page in PAGES:
         text = (ROOT / page).read_text()
         assert text == render_tables(page, text), f"{page}: run python scripts/config_reference.py"
     model_page = (ROOT / "docs/model.md").read_text()
     assert all(f"| `{name}` |" in model_page for name in [*NORMS, *PLACEMENTS])
     with pytest.raises(ValueError, match="no region"):
         render_tables("README.md", "a page without its markers")
+
+
+def test_the_norm_names_in_the_errors_table_are_generated_from_the_registry() -> None:
+    """docs/errors.md's `norm=foo` row lists every option of norm= (each norm of NORMS and each recipe), as
+    Hydra does; a list typed by hand goes stale and fails here, and the row must exist exactly once."""
+    from normlab.config.reference import render_tables
+    from normlab.model.norms import NORMS, RECIPES
+
+    page = "docs/errors.md"
+    text = (ROOT / page).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `norm=foo` |"))
+    sentence = row.split(" | ")[2]
+    assert (
+        sentence == f"norm=foo is not an option; norm takes one of {', '.join(sorted([*NORMS, *RECIPES]))}."
+    )
+    stale = text.replace(sentence, sentence.replace("scalenorm", "scalenorm, l2norm"))
+    assert stale != text and render_tables(page, stale) == text  # a hand edit is written back
+    with pytest.raises(ValueError, match="table rows starting with"):
+        render_tables(page, text.replace("| `norm=foo` |", "| `norm=bar` |"))
 
 
 ABSOLUTE = re.compile(r"(?<![\w.~$-])/(?:work|home|root|tmp|Users|mnt|private|var/folders)/[\w.-]")

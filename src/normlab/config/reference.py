@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from normlab.config.groups import GROUPS, Option, RootConfig
 from normlab.config.help import where
-from normlab.generated import with_region
+from normlab.generated import with_cell, with_region
 from normlab.knobs import shown, what_it_takes
 from normlab.model.norms import NORMS, norm_symbol, qk_norms
 from normlab.model.placements import PLACEMENTS
@@ -86,8 +86,9 @@ def render() -> str:
 
 
 # The tables of norms and placements in the pages below are regions rendered from NORMS and PLACEMENTS,
-# between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`; the rest of each page is written by
-# hand. `python scripts/config_reference.py` rewrites them; tests/test_docs.py fails when one is stale.
+# between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`, and the cells in CELLS (rows of
+# hand-written tables that list their names); the rest of each page is written by hand.
+# `python scripts/config_reference.py` rewrites them; tests/test_docs.py fails when one is stale.
 TABLE_DEPTH = 4  # the depth at which the placements table writes its formulas
 
 
@@ -143,8 +144,29 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
 }
 
 
+def unknown_option(group: str, option: str = "foo") -> str:
+    """The sentence `python train.py GROUP=OPTION` gets for an option the group does not have: Hydra lists
+    the group's options (sorted), which normlab puts in its ConfigStore from GROUPS — for norm=, every norm
+    of NORMS and every recipe (normlab.cli.hydra_sentence writes it; tests/lifecycle/test_errors_table.py runs
+    the row)."""
+    return f"{group}={option} is not an option; {group} takes one of {', '.join(sorted(GROUPS[group]))}."
+
+
+# Rows of hand-written tables whose text lists names from the registries: page → (the row's first cell, the
+# column) → what the cell holds.
+CELLS: dict[str, dict[tuple[str, int], Callable[[], str]]] = {
+    "docs/errors.md": {("`norm=foo`", 2): lambda: unknown_option("norm")},
+}
+
+
 def render_tables(page: str, text: str) -> str:
-    """`text` (the page `page`) with each generated region replaced by its table as the registries give it."""
-    for name, table in TABLES[page].items():
+    """`text` (the page `page`) with each generated region replaced by its table as the registries give it,
+    and each generated cell of a hand-written table by its text."""
+    for name, table in TABLES.get(page, {}).items():
         text = with_region(text, name, table(), page)
+    for (row, column), cell in CELLS.get(page, {}).items():
+        text = with_cell(text, row, column, cell(), page)
     return text
+
+
+PAGES = tuple(dict.fromkeys([*TABLES, *CELLS]))  # every page render_tables writes
