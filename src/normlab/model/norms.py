@@ -7,7 +7,7 @@ dataclass whose fields are the `norm.*` knobs, with their defaults and help text
 `(d_model, spec, context_length) -> nn.Module`, and a symbol for the block formula. `spec` is the resolved
 `norm` config group (a plain dict); context_length is the longest sequence the model accepts (BatchNorm
 keeps statistics per position). Its paper's formula, written out by hand, goes in `NORM_REFS`
-(tests/test_model.py), which every norm of NORMS must have.
+(tests/formulas.py), which every norm of NORMS must have.
 """
 
 from __future__ import annotations
