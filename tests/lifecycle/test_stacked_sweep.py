@@ -4,12 +4,14 @@ sweep bit for bit (slow); the fault-injection soak on a stacked sweep (slow)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shlex
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,34 @@ def test_a_stacked_sweep_writes_what_the_runs_alone_write(tmp_path, cache_dir):
             torch.load(theirs / "checkpoints" / "last.pt", weights_only=True)["optimizer"]["state"]
         )
     assert Trainer  # a member's last.pt is loaded by Trainer.load_state_dict in tests/test_stacked.py
+
+
+@contextlib.contextmanager
+def two_cores() -> Iterator[int]:
+    """This process (and the sweep it starts) on two cores where the machine has them: `n_jobs: auto` then
+    means two stacks at once on any machine; yields the cores the sweep will see."""
+    before = os.sched_getaffinity(0)
+    cores = sorted(before)[:2]
+    os.sched_setaffinity(0, cores)
+    try:
+        yield len(cores)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_the_stacked_launcher_runs_with_its_defaults(tmp_path, cache_dir):
+    """Issue 36: `n_jobs: auto` (the default) on every path — a sweep with fewer jobs than cores (each job a
+    run alone in its own process, which crashed on int('auto')) and one with more (a stack beside a run
+    alone): every job completes and says so in its summary.json."""
+    with two_cores() as cores:
+        for name, jobs in (("fewer", max(1, cores - 1)), ("more", cores + 1)):
+            seeds = ",".join(str(s) for s in range(jobs))
+            code, out = sweep(tmp_path, cache_dir, name, "stacked", f"seed={seeds}", "train.max_steps=3")
+            assert code == 0, out[-3000:]
+            found = summaries(tmp_path / name)
+            assert len(found) == jobs and {s["status"] for s in found.values()} == {"completed"}, found
+            assert f"[sweep] all {jobs} jobs done ({jobs} completed)" in out
+    assert "stacked: jobs #0, #1 as one model" in out  # the sweep with more jobs than cores stacked two
 
 
 def interrupt(tmp_path: Path, sweep_dir: Path, argv: list[str], signum: int, rng: random.Random) -> str:

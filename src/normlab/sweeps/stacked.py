@@ -43,6 +43,7 @@ from normlab.sweeps.pool import LocalPoolLauncher
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_STACK = 32
+N_JOBS_OVERRIDE = "hydra.launcher.n_jobs="  # the resolved n_jobs, handed to every job with its overrides
 # what the members of a stack may each have of their own: top-level keys, whole groups, and group.key
 MEMBER_KEYS = (
     "seed",
@@ -147,6 +148,9 @@ class StackedLauncher(LocalPoolLauncher):
         self.n_jobs = self.processes(devices)
         with read_write(self.config.hydra), open_dict(self.config.hydra):  # what the stacks' processes read
             self.config.hydra.launcher.n_jobs = self.n_jobs
+        for job in jobs:  # each job composes its own config: it gets the number, never `auto`
+            job.overrides = [o for o in job.overrides if not o.startswith(N_JOBS_OVERRIDE)]
+            job.overrides.append(f"{N_JOBS_OVERRIDE}{self.n_jobs}")
         groups = stack_groups(keys, self.max_stack, fits, processes=self.n_jobs)
         units = [[jobs[i] for i in unit] for unit in groups]
         for unit in units:

@@ -171,6 +171,26 @@ class Run(RunStart, RunEnd):
             )
         return True
 
+    def record_crash(self, e: BaseException) -> None:
+        """A bug `e` raised before this run could start (its job's set-up): summary.json says `crashed` with
+        the traceback, as a crash in the run would leave it. Nothing is written into a directory another
+        process holds, nor over a summary that already says how the run ended."""
+        if not self.dist.is_main:
+            return
+        try:
+            self.directory.acquire()
+        except Exception:  # in use, or not writable: nothing can be written there
+            return
+        try:
+            earlier = RunSummary.read(self.run_dir) if (self.run_dir / SUMMARY_FILE).is_file() else None
+            if earlier is None or earlier.status == "running":
+                self._echo_config()
+                self._ended_by(e)
+        except Exception:  # recording the crash must not hide it
+            log.exception("could not record the crash in %s", self.run_dir / SUMMARY_FILE)
+        finally:
+            self.directory.release()
+
     def write_previous_summary(self) -> None:
         """Put back the summary.json the run directory held before this (refused) resume."""
         if not self.dist.is_main or self.previous is None:
