@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,17 @@ from normlab.metrics.ablation import layer_ablation_keys, losses_with_each_block
 from normlab.metrics.divergence import DivergenceConfig
 from normlab.metrics.instruments import InstrumentConfig, wants_model_update
 from normlab.metrics.layout import ParamLayout
-from normlab.metrics.monitor import Monitor
+from normlab.metrics.monitor import BatchStarts, Monitor
 from normlab.metrics.spikes import SpikeConfig
 from normlab.train import flops
 from normlab.train.batches import RankBatches
+from normlab.train.callbacks import Callback, LoopResult
 from normlab.train.compile import compile_module
+from normlab.train.fit import MemberEnd, fit
 from normlab.train.head_loss import fused_pays
 from normlab.train.loop import DTYPES, PROBE_SEED
 from normlab.train.schedule import lr_at
 from normlab.train.stacked.head import StackedHead
-from normlab.train.stacked.loop import StackedLoop
 from normlab.train.stacked.model import StackedModel
 from normlab.train.stacked.optim import StackedAdamW
 from normlab.train.stacked.probe import (
@@ -78,7 +80,7 @@ def grad_norm_keys(n_layers: int, per_layer: bool) -> list[str]:
     return keys
 
 
-class StackedTrainer(StackedLoop):
+class StackedTrainer:
     """Trains `models` (one GPT per member, each built and loaded as its run alone builds it) with their
     resolved run configs `cfgs`. The loop's knobs (train.*, metrics.*) are the first member's: the stacked
     launcher groups only runs that agree on them (normlab.sweeps.stacked). `reports_dirs[m]` is where
@@ -146,6 +148,8 @@ class StackedTrainer(StackedLoop):
         ]
         self.max_norm = torch.tensor([float(t.grad_clip) for t in self.trains], device=device).view(-1, 1)
         self.alive = [True] * size  # members still training; the others no longer update
+        self.row_keys = [names.LOSS, names.CLIPPED, *self.grad_keys]
+        self._data_states: dict[tuple[int, int], torch.Tensor] = {}
         # as HeadLoss for one run: on the plain path the whole step (forward, head, objective, the probe's
         # measurements) is one compiled function; on the CPU's fused path the trunk is compiled alone
         compiled = self.train.compile
@@ -154,6 +158,19 @@ class StackedTrainer(StackedLoop):
             self._step: Callable[..., tuple[torch.Tensor, ...]] = self._fused_step
         else:
             self._step = compile_module(self._plain_step, device) if compiled else self._plain_step
+
+    def fit(
+        self,
+        callbacks: Sequence[Sequence[Callback]],
+        on_member_end: MemberEnd,
+        stop: Callable[[], bool] | None = None,
+    ) -> list[LoopResult]:
+        """Train every member from self.step to train.max_steps: the loop of normlab.train.fit, the one a run
+        alone follows; `callbacks[m]` get member m's rows as a run alone's callbacks get its rows. When member
+        m's run ends — diverged, failed in its callbacks, or at the end of the loop (completed, or interrupted
+        when `stop()` asks for it at a step boundary) — its callbacks' `on_end` run and then
+        `on_member_end(m, result, error)`; the others go on."""
+        return fit(self, callbacks, on_member_end=on_member_end, stop=stop)
 
     def _instruments(self, cfg: InstrumentConfig, histograms: list[bool]) -> StackedInstruments:
         probe = None
@@ -228,6 +245,9 @@ class StackedTrainer(StackedLoop):
         model.train(True)
         accum = self.train.grad_accum
         model.grad_flat.zero_()
+        for m, (rng, monitor) in enumerate(zip(self.data_rngs, self.monitors, strict=True)):
+            if monitor.writes_reports and self.alive[m]:  # where its batches come from: spike reports
+                self._data_states[(m, self.step)] = rng.get_state()
         loss_sum = torch.zeros(self.size, device=self.device)
         for i in range(accum):
             x, y = self.stacked_batch()
@@ -290,10 +310,20 @@ class StackedTrainer(StackedLoop):
         keys = layer_ablation_keys(len(means[0]) - 1)
         return [{names.VAL_LOSS: row[0], **dict(zip(keys, row[1:], strict=True))} for row in means]
 
-    def evaluates_at(self, step: int) -> bool:
-        if step == 0:
-            return bool(self.train.eval_at_start)
-        return self.train.eval_every > 0 and step % self.train.eval_every == 0
+    # ------------------------------------------------------------------------------------------------
+    # what the loop asks of the members at a flush and at an ending (normlab.train.fit.Members)
+    # ------------------------------------------------------------------------------------------------
+
+    def row_lr(self, m: int, step: int) -> float:
+        return self.lr(m, step) if step < self.train.max_steps else 0.0
+
+    def batch_starts(self, m: int, step: int) -> BatchStarts | None:
+        state = self._data_states.pop((m, step), None)
+        return partial(self.window_starts, state) if state is not None else None
+
+    def stop_member(self, m: int) -> None:
+        """Member m's run ended: it no longer updates (its parameters stay as its checkpoint saved them)."""
+        self.alive[m] = False
 
     # ------------------------------------------------------------------------------------------------
     # a member's state, in a single run's checkpoint format
