@@ -197,6 +197,53 @@ def test_a_signal_saves_every_member_and_the_sweep_continues_bit_for_bit(tmp_pat
 
 
 @pytest.mark.slow
+def test_stacks_stopped_at_different_steps_are_restacked_and_continue_bit_for_bit(tmp_path, cache_dir):
+    """Issue 39, point 8: with its default n_jobs (two stacks at once on two cores) a signal stops each stack
+    at its own step; the continue command trains each stack again with the same members (not each job
+    alone, as it did), so every job ends bit for bit as in an uninterrupted sweep."""
+    steps = 150
+    jobs = (
+        "seed=0,1,2,3",
+        f"train.max_steps={steps}",
+        "train.eval_every=50",
+        "train.flush_every=1",  # every step on disk as it is made: the signal lands mid-training
+    )
+    with two_cores():
+        code, out = sweep(tmp_path, cache_dir, "reference", "stacked", *jobs)
+        assert code == 0, out[-3000:]
+        assert "stacked: jobs #0, #1 as one model" in out and "stacked: jobs #2, #3 as one model" in out
+        sweep_dir = tmp_path / "sweep"
+        argv = [
+            "train.py",
+            "-m",
+            *OVERRIDES,
+            f"data.cache_dir={cache_dir}",
+            "hydra/launcher=stacked",
+            f"hydra.sweep.dir={sweep_dir}",
+            *jobs,
+        ]
+        rng = random.Random(f"{os.getpid()}-restack")
+        output = interrupt(tmp_path, sweep_dir, argv, int(signal.SIGINT), rng)
+        found = summaries(sweep_dir)
+        assert len(found) == 4 and {s["status"] for s in found.values()} == {"interrupted"}, found
+        (line,) = [ln for ln in output.splitlines() if ln.startswith("continue the sweep with: ")]
+        resumed = SweepProcess(
+            shlex.split(line.removeprefix("continue the sweep with: "))[1:], tmp_path / "resume.log", env()
+        )
+        code, _ = resumed.wait(600)
+    log = (tmp_path / "resume.log").read_text()
+    assert code == 0, log[-3000:]
+    assert "4 jobs in 2 processes" in log, log[-3000:]  # the two stacks again, not four runs alone
+    reference = job_dirs(tmp_path / "reference")
+    for job, run_dir in job_dirs(sweep_dir).items():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["steps"] == steps
+        rows = training_rows(run_dir)
+        assert [r["step"] for r in rows if "loss" in r] == list(range(steps))
+        assert comparable(rows) == comparable(training_rows(reference[job])), job  # bit for bit
+
+
+@pytest.mark.slow
 def test_soak_of_a_stacked_sweep(tmp_path, cache_dir):
     """scripts/soak_sweep.py --launcher stacked at a small size: 3 jobs in one stack, 4 random faults
     (SIGINT, SIGTERM, SIGKILL to the parent, its group or the stack's process)."""

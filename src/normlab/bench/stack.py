@@ -215,11 +215,31 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def run_host(args: argparse.Namespace) -> dict[str, Any]:
+    """`--host`: normlab.bench.stack_host's table, printed and (with --json) written."""
+    from normlab.bench.stack_host import host, table
+
+    sizes = [int(n) for n in str(args.members or "1,8,32").split(",")]
+    heads = [h for h in args.heads.split(",") if h]
+    print(
+        f"{device_name('cpu')}: a run alone vs stacks of {sizes}, heads {heads}, load {load_average()}",
+        flush=True,
+    )
+    out = host(sizes, heads, args.blocks, args.block_steps, args.overrides)
+    out.update(machine=device_name("cpu"), load_avg=load_average())
+    print(table(out, out["machine"], out["load_avg"]))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--model", default=None, help="model preset (default: tiny on cpu, small on cuda)")
-    p.add_argument("--members", type=int, default=None, help="runs in the sweep (seeds)")
+    p.add_argument(
+        "--members", default=None, help="runs in the sweep (seeds); with --host, stack sizes, e.g. 1,8,32"
+    )
     p.add_argument("--steps", type=int, default=None, help="train.max_steps of each run")
     p.add_argument("--batch", type=int, default=None, help="train.batch_size")
     p.add_argument("--joblib-jobs", type=int, default=None, help="hydra.launcher.n_jobs of the joblib mode")
@@ -237,12 +257,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="CPU time on one thread: alone vs stacked in one process (for a busy machine; see above)",
     )
-    p.add_argument("--block-steps", type=int, default=20, help="--in-process: steps a block times")
+    p.add_argument("--block-steps", type=int, default=20, help="--in-process, --host: steps a block times")
+    p.add_argument(
+        "--host",
+        action="store_true",
+        help="CPU time per step at a shape of negligible arithmetic: a run alone vs stacks of --members "
+        "(default 1,8,32), both head paths (normlab.bench.stack_host)",
+    )
+    p.add_argument("--blocks", type=int, default=6, help="--host: blocks of every configuration")
+    p.add_argument("--heads", default="fused,plain", help="--host: head paths, fused and/or plain")
     p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = p.parse_args(argv)
+    if args.host:
+        return run_host(args)
     model, members, steps, batch, joblib_jobs, alone_runs = DEFAULTS[args.device]
     args.model = args.model or model
-    args.members = args.members or members
+    args.members = int(args.members or members)
     args.steps = args.steps or steps
     args.batch = args.batch or batch
     args.joblib_jobs = args.joblib_jobs or joblib_jobs

@@ -63,6 +63,7 @@ class Trainer:
         metrics: InstrumentConfig,
         monitor: Monitor | None = None,
         dist: Dist = SINGLE,
+        fused_head: bool | None = None,
     ) -> None:
         self.model, self.device, self.dist = model, device, dist
         self.train, self.optim, self.schedule, self.warmup_steps = train, optim, schedule, warmup_steps
@@ -77,7 +78,7 @@ class Trainer:
         self.head_loss = HeadLoss(
             model,
             z_loss=optim.z_loss,
-            fused=fused_pays(device, self.amp_dtype),
+            fused=fused_pays(device, self.amp_dtype) if fused_head is None else fused_head,
             compiled=train.compile,
             device=device,
             compile_mode=train.compile_mode,
@@ -115,6 +116,7 @@ class Trainer:
         reports_dir: Path | None = None,
         histograms: bool = True,
         dist: Dist = SINGLE,
+        fused_head: bool | None = None,
         **replace: Any,
     ) -> Trainer:
         """The Trainer a resolved run config describes: its train, optim, schedule, warmup_steps, seed,
@@ -148,6 +150,7 @@ class Trainer:
             metrics=metrics,
             monitor=monitor,
             dist=dist,
+            fused_head=fused_head,
         )
 
     def _instruments(self, cfg: InstrumentConfig) -> Instruments:

@@ -114,7 +114,11 @@ class PendingRows:
         """Member m's rows of the block, in step order; False when its monitor ended its run."""
         result, callbacks, monitor, source = self.results[m], self.callbacks[m], self.monitors[m], self.source
         for (step, _, probe), vals in zip(entries, values, strict=True):
-            row = {names.STEP: step, names.LR: source.row_lr(m, step), **dict(zip(self.keys, vals, strict=True))}
+            row = {
+                names.STEP: step,
+                names.LR: source.row_lr(m, step),
+                **dict(zip(self.keys, vals, strict=True)),
+            }
             row[names.CLIPPED] = int(row[names.CLIPPED])
             row[names.TOKENS_PER_S] = tps
             if self.peak_flops:

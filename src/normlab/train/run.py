@@ -282,7 +282,9 @@ class Run(RunStart, RunEnd):
         mark = {names.RESUME_CHANGED: 1} if self.decision.changes else {}
         if self.decision.missing:
             mark[names.RESUME_GAP] = 1
-        sink = JsonlSink(self.run_dir / METRICS_FILE, resume_step=0 if self.restart else resume_step, mark=mark)
+        sink = JsonlSink(
+            self.run_dir / METRICS_FILE, resume_step=0 if self.restart else resume_step, mark=mark
+        )
         callbacks = [
             sink,
             *([self.wandb] if self.wandb is not None else []),

@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +45,10 @@ from normlab.train.fit import MemberEnd, fit
 from normlab.train.head_loss import fused_pays
 from normlab.train.loop import DTYPES, PROBE_SEED
 from normlab.train.schedule import lr_at
+from normlab.train.stacked.batches import StackedBatches
 from normlab.train.stacked.head import StackedHead
 from normlab.train.stacked.model import StackedModel
-from normlab.train.stacked.optim import StackedAdamW
+from normlab.train.stacked.optim import BLOCK, StackedAdamW
 from normlab.train.stacked.probe import (
     StackedInstruments,
     StackedProbe,
@@ -85,7 +85,7 @@ class StackedTrainer:
     resolved run configs `cfgs`. The loop's knobs (train.*, metrics.*) are the first member's: the stacked
     launcher groups only runs that agree on them (normlab.sweeps.stacked). `reports_dirs[m]` is where
     member m's monitor writes spike and divergence reports; `histograms[m]` whether it computes gradient
-    histograms (W&B)."""
+    histograms (W&B); `fused_head` the head's path (None: the device's, as for a run alone)."""
 
     def __init__(
         self,
@@ -97,6 +97,7 @@ class StackedTrainer:
         *,
         reports_dirs: Sequence[Path | None] | None = None,
         histograms: Sequence[bool] | None = None,
+        fused_head: bool | None = None,
     ) -> None:
         size = len(models)
         self.size, self.device = size, device
@@ -112,11 +113,23 @@ class StackedTrainer:
         self.amp_dtype = DTYPES[self.train.precision]
         shell = models[0]
         self.n_layers = shell.n_layers
-        self.model = StackedModel(models, device)
-        self.optimizer = StackedAdamW(self.model, self.optims)
+        self.model = StackedModel(models, device, first=StackedAdamW.decayed_names(shell, self.optims))
+        self.optimizer = StackedAdamW(
+            self.model, self.optims, self.lr, list(zip(self.warmups, self.schedules, strict=True))
+        )
         self.batches = RankBatches(self.train.batch_size, self.train.seq_len, SINGLE, device)
-        self.head = StackedHead([o.z_loss for o in self.optims], fused_pays(device, self.amp_dtype), device)
+        fused = fused_pays(device, self.amp_dtype) if fused_head is None else fused_head
+        self.head = StackedHead([o.z_loss for o in self.optims], fused, device)
         self.data_rngs = [torch.Generator().manual_seed(int(c["seed"])) for c in cfgs]
+        # every member's windows a block of steps ahead; kept while a pending row may ask where they came from
+        self.windows = StackedBatches(
+            train_tokens,
+            self.data_rngs,
+            self.batches,
+            self.train.grad_accum,
+            block=BLOCK,
+            keep_steps=2 * max(1, self.train.flush_every),
+        )
         self.step = 0
         self.tokens_per_step = self.train.batch_size * self.train.seq_len * self.train.grad_accum
         self.flops_per_token = flops.flops_per_token(
@@ -147,9 +160,9 @@ class StackedTrainer:
             for m, c in enumerate(cfgs)
         ]
         self.max_norm = torch.tensor([float(t.grad_clip) for t in self.trains], device=device).view(-1, 1)
+        self.clipping = self.max_norm > 0
         self.alive = [True] * size  # members still training; the others no longer update
         self.row_keys = [names.LOSS, names.CLIPPED, *self.grad_keys]
-        self._data_states: dict[tuple[int, int], torch.Tensor] = {}
         # as HeadLoss for one run: on the plain path the whole step (forward, head, objective, the probe's
         # measurements) is one compiled function; on the CPU's fused path the trunk is compiled alone
         compiled = self.train.compile
@@ -217,17 +230,6 @@ class StackedTrainer:
             schedule=self.schedules[m],
         )
 
-    def stacked_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each member's next training batch from its own data RNG, stacked (members, batch, time)."""
-        b, t = self.train.batch_size, self.train.seq_len
-        pairs = [sample_windows(self.train_tokens, b, t, rng) for rng in self.data_rngs]
-        x = torch.stack([p[0] for p in pairs])
-        y = torch.stack([p[1] for p in pairs])
-        return self.batches.to_device(x), self.batches.to_device(y)
-
-    def window_starts(self, data_state: torch.Tensor) -> list[list[int]]:
-        return self.batches.window_starts(len(self.train_tokens), data_state, self.train.grad_accum)
-
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
             return contextlib.nullcontext()
@@ -239,18 +241,16 @@ class StackedTrainer:
 
     def train_step(self, update: bool, probe: StackedProbe | None = None) -> torch.Tensor:
         """Forward / backward of every member over grad_accum micro-batches, each member's norms and clipping,
-        and (if `update`) each active member's AdamW step. Returns, without a host sync, (members, keys):
-        [loss, clipped, *grad norms in `grad_keys` order] — Trainer.train_step's row, per member."""
+        and (if `update`) every member's AdamW step — the members that ended stay as they were. Returns,
+        without a host sync, (members, keys): [loss, clipped, *grad norms in `grad_keys` order] —
+        Trainer.train_step's row, per member. No Python runs per member."""
         model = self.model
         model.train(True)
         accum = self.train.grad_accum
         model.grad_flat.zero_()
-        for m, (rng, monitor) in enumerate(zip(self.data_rngs, self.monitors, strict=True)):
-            if monitor.writes_reports and self.alive[m]:  # where its batches come from: spike reports
-                self._data_states[(m, self.step)] = rng.get_state()
         loss_sum = torch.zeros(self.size, device=self.device)
         for i in range(accum):
-            x, y = self.stacked_batch()
+            x, y = self.windows.draw()
             measured = probe is not None and i == 0
             with self.autocast():
                 out = self._step(x, y, measured)
@@ -266,12 +266,11 @@ class StackedTrainer:
             if probe is not None:
                 probe.after_backward({n: p.grad for n, p in model.params.items()})
             total = norms[:, :1]
-            clipping = self.max_norm > 0
-            coef = torch.where(clipping, (self.max_norm / (total + 1e-6)).clamp(max=1.0), 1.0)
+            coef = torch.where(self.clipping, (self.max_norm / (total + 1e-6)).clamp(max=1.0), 1.0)
             model.grad_flat.mul_(coef)
-            clipped = (clipping & (total > self.max_norm)).float()
+            clipped = (self.clipping & (total > self.max_norm)).float()
             if update:
-                self.optimizer.step([self.lr(m, self.step) for m in range(self.size)], self.alive)
+                self.optimizer.step(self.step)
         if probe is not None:
             probe.after_update(update)
         return torch.cat([(loss_sum / accum).view(-1, 1), clipped, norms], 1)
@@ -318,12 +317,12 @@ class StackedTrainer:
         return self.lr(m, step) if step < self.train.max_steps else 0.0
 
     def batch_starts(self, m: int, step: int) -> BatchStarts | None:
-        state = self._data_states.pop((m, step), None)
-        return partial(self.window_starts, state) if state is not None else None
+        return self.windows.starts(m, step)
 
     def stop_member(self, m: int) -> None:
         """Member m's run ended: it no longer updates (its parameters stay as its checkpoint saved them)."""
         self.alive[m] = False
+        self.optimizer.freeze(m)
 
     # ------------------------------------------------------------------------------------------------
     # a member's state, in a single run's checkpoint format
@@ -333,10 +332,10 @@ class StackedTrainer:
         """Member m's `Trainer.state_dict()`: what its run alone would save at this step."""
         return {
             "model": self.model.member_state_dict(m),
-            "optimizer": self.optimizer.member_state_dict(m, self.lr(m, max(self.step - 1, 0))),
+            "optimizer": self.optimizer.member_state_dict(m, self.lr(m, max(self.step - 1, 0)), self.step),
             "scaler": torch.amp.GradScaler(self.device.type, enabled=False).state_dict(),
             "step": self.step,
-            "data_rng": self.data_rngs[m].get_state(),
+            "data_rng": self.windows.rng_state(m),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "monitor": self.monitors[m].state_dict(),
@@ -353,13 +352,14 @@ class StackedTrainer:
             return
         if any(s is None for s in states):
             raise ValueError("the members of a stack must all resume or all start afresh")
+        self.step = steps.pop()
         for m, state in enumerate(states):
             assert state is not None
-            self.optimizer.load_member_state_dict(m, state["optimizer"])
+            self.optimizer.load_member_state_dict(m, state["optimizer"], self.step)
             self.data_rngs[m].set_state(state["data_rng"])
             if state.get("monitor") is not None:
                 self.monitors[m].load_state_dict(state["monitor"])
-        self.step = steps.pop()
+        self.windows.reset(self.step)
         first = states[0]
         assert first is not None
         torch.set_rng_state(first["torch_rng"])
