@@ -198,15 +198,16 @@ def test_a_signal_saves_every_member_and_the_sweep_continues_bit_for_bit(tmp_pat
 
 @pytest.mark.slow
 def test_stacks_stopped_at_different_steps_are_restacked_and_continue_bit_for_bit(tmp_path, cache_dir):
-    """Issue 39, point 8: with its default n_jobs (two stacks at once on two cores) a signal stops each stack
-    at its own step; the continue command trains each stack again with the same members (not each job
-    alone, as it did), so every job ends bit for bit as in an uninterrupted sweep."""
+    """Issue 39, point 8: two stacks at once (on two cores, one thread each) stop at their own steps when a
+    signal comes; the continue command trains each stack again with the same members (not each job alone,
+    as it did: "4 jobs in 4 processes"), so every job ends bit for bit as in an uninterrupted sweep."""
     steps = 150
     jobs = (
         "seed=0,1,2,3",
         f"train.max_steps={steps}",
         "train.eval_every=50",
         "train.flush_every=1",  # every step on disk as it is made: the signal lands mid-training
+        "hydra.launcher.n_jobs=2",
     )
     with two_cores():
         code, out = sweep(tmp_path, cache_dir, "reference", "stacked", *jobs)

@@ -157,8 +157,10 @@ class TrainConfig(Knobs):
         "default",
         "how train.compile compiles: default (torch.compile's own) | tuned (Inductor also tunes each generated "
         "kernel's launch configuration by coordinate descent: longer to compile, sometimes faster to run) | "
-        "max-autotune (also benchmarks matrix-product kernels; minutes to compile, for long GPU runs)",
-        choices=("default", "tuned", "max-autotune"),
+        "max-autotune (also benchmarks matrix-product kernels; minutes to compile, for long GPU runs) | "
+        "reduce-overhead (CUDA graphs on a GPU: each step replays recorded graphs, for steps whose time is the "
+        "host's, a stack of small runs; docs/performance.md says what it was measured to give)",
+        choices=("default", "tuned", "max-autotune", "reduce-overhead"),
     )
     peak_flops: Optional[float] = knob(
         None,

@@ -145,15 +145,31 @@ class StackedAdamW:
         if self.shared:
             self._fused_step(step)
         else:
-            decay, size, bias2 = self.coefficients(step)
-            if self.n_decayed:
-                theta[:, : self.n_decayed].mul_(decay)
-            self.exp_avg.lerp_(grad, self.lerp_weight)
-            self.exp_avg_sq.mul_(self.beta2).addcmul_(grad * self.grad_sq_weight, grad)
-            denom = self.exp_avg_sq.sqrt().div_(bias2).add_(self.eps)
-            theta.sub_((self.exp_avg * size).div_(denom))
+            self._columns(theta, grad, self.exp_avg, self.exp_avg_sq, *self.coefficients(step))
         if self._frozen_index is not None:
             theta.index_copy_(0, self._frozen_index, self._frozen_rows)
+
+    def compile(self, compiled: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """Use `compiled(fn)` (torch.compile, as train.compile says) for the per-member-coefficients update."""
+        self._columns = compiled(self._columns)
+
+    def _columns(
+        self,
+        theta: torch.Tensor,
+        grad: torch.Tensor,
+        exp_avg: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
+        decay: torch.Tensor,
+        size: torch.Tensor,
+        bias2: torch.Tensor,
+    ) -> None:
+        """The update with each member's coefficients as columns (the module docstring's arithmetic)."""
+        if self.n_decayed:
+            theta[:, : self.n_decayed].mul_(decay)
+        exp_avg.lerp_(grad, self.lerp_weight)
+        exp_avg_sq.mul_(self.beta2).addcmul_(grad * self.grad_sq_weight, grad)
+        denom = exp_avg_sq.sqrt().div_(bias2).add_(self.eps)
+        theta.sub_((exp_avg * size).div_(denom))
 
     def _fused_step(self, step: int) -> None:
         """Every member has member 0's settings: torch's fused kernel once over the whole buffer."""

@@ -40,7 +40,7 @@ from normlab.metrics.spikes import SpikeConfig
 from normlab.train import flops
 from normlab.train.batches import RankBatches
 from normlab.train.callbacks import Callback, LoopResult
-from normlab.train.compile import compile_module
+from normlab.train.compile import compile_module, graphs, static
 from normlab.train.fit import MemberEnd, fit
 from normlab.train.head_loss import fused_pays
 from normlab.train.loop import DTYPES, PROBE_SEED
@@ -164,13 +164,24 @@ class StackedTrainer:
         self.alive = [True] * size  # members still training; the others no longer update
         self.row_keys = [names.LOSS, names.CLIPPED, *self.grad_keys]
         # as HeadLoss for one run: on the plain path the whole step (forward, head, objective, the probe's
-        # measurements) is one compiled function; on the CPU's fused path the trunk is compiled alone
-        compiled = self.train.compile
+        # measurements) is one compiled function, and its backward; on the CPU's fused path the trunk is
+        # compiled alone. What follows the backward — the gradient norms, clipping, the optimizer — is compiled
+        # too, so that a step is a few compiled graphs (train.compile_mode=reduce-overhead: CUDA graphs).
+        compiled, mode = self.train.compile, self.train.compile_mode
+
+        def maybe(fn: Callable[..., Any]) -> Callable[..., Any]:
+            return compile_module(fn, device, mode) if compiled else fn
+
+        if compiled and graphs(mode, device):  # buffers updated in place, replayed at one address
+            static(self.model.flat, self.model.grad_flat, self.optimizer.exp_avg, self.optimizer.exp_avg_sq)
         if self.head.fused:
-            self._trunk = compile_module(self._trunk_step, device) if compiled else self._trunk_step
+            self._trunk = maybe(self._trunk_step)
             self._step: Callable[..., tuple[torch.Tensor, ...]] = self._fused_step
         else:
-            self._step = compile_module(self._plain_step, device) if compiled else self._plain_step
+            self._step = maybe(self._plain_step)
+        self._norms = maybe(self._grad_norms)
+        self._clip = maybe(self._clip_grads)
+        self.optimizer.compile(maybe)
 
     def fit(
         self,
@@ -262,18 +273,23 @@ class StackedTrainer:
         with torch.no_grad():
             for name, rows in self.cancelled:
                 model.params[name].grad[:, rows].zero_()
-            norms = self._grad_norms()
+            norms = self._norms()
             if probe is not None:
                 probe.after_backward({n: p.grad for n, p in model.params.items()})
-            total = norms[:, :1]
-            coef = torch.where(self.clipping, (self.max_norm / (total + 1e-6)).clamp(max=1.0), 1.0)
-            model.grad_flat.mul_(coef)
-            clipped = (self.clipping & (total > self.max_norm)).float()
+            clipped = self._clip(norms)
             if update:
                 self.optimizer.step(self.step)
         if probe is not None:
             probe.after_update(update)
         return torch.cat([(loss_sum / accum).view(-1, 1), clipped, norms], 1)
+
+    def _clip_grads(self, norms: torch.Tensor) -> torch.Tensor:
+        """Scale each member's gradient to its train.grad_clip (0: none) from its global norm (norms[:, 0]);
+        (members, 1): 1.0 where clipping fired."""
+        total = norms[:, :1]
+        coef = torch.where(self.clipping, (self.max_norm / (total + 1e-6)).clamp(max=1.0), 1.0)
+        self.model.grad_flat.mul_(coef)
+        return (self.clipping & (total > self.max_norm)).float()
 
     def _grad_norms(self) -> torch.Tensor:
         """(members, grad_keys): each member's global, per-block and per-part gradient norms."""
