@@ -134,7 +134,11 @@ def test_gpu_benchmark_runs_its_table_on_the_cpu(repo_root, tmp_path):
     assert set(result["sides"]) == {"nanogpt", "bare", "instrumented", "eager"}
     assert result["sides"]["nanogpt"]["vs_nanogpt"] == 1.0
     assert all(len(blocks) == 4 for blocks in result["block_s"].values())
-    assert {"probed forward + backward", "embedding effective rank"} <= set(result["breakdown_ms"])
+    assert {
+        "probed forward + backward",
+        "embedding effective rank",
+        "attention max logits (every block)",
+    } <= set(result["breakdown_ms"])
     assert "overhead" in result and "dense_start_s" in result
 
 

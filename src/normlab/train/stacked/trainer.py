@@ -1,16 +1,17 @@
-"""`StackedTrainer`: the training loop of normlab.train.loop.Trainer for a stack of runs.
+"""`StackedTrainer`: what normlab.train.loop.Trainer is to a run alone — the step, the evaluation and the
+state — for a stack of runs; the one training loop (normlab.train.fit) drives either.
 
-Per member, everything a run alone has per run: its data-RNG stream (its batches are drawn exactly as its
-run alone draws them, then stacked: (members, batch, time)), its learning rate and schedule, warm-up,
+Per member, everything a run alone has per run: its data-RNG stream (its batches are the windows its run
+alone draws, in the same order: normlab.train.stacked.batches), its learning rate and schedule, warm-up,
 weight decay, betas, eps and z-loss, its global / per-block / per-sublayer gradient norms and its own
 clipping, its monitor (spikes, divergence, reports in its own directory), its instrumented-step
 measurements, its rows through the single run's `PendingRows` to its own callbacks, its evaluations and
 checkpoints in the single run's format (`MemberView.state_dict`).
 
 What the members share: the shapes, the model's architecture, the loop's cadence (steps, evaluation,
-instrumented steps, flushes, checkpoints) and one forward / backward. The loop, and each member's ending
-there, is `StackedLoop` (normlab.train.stacked.loop). Nothing syncs with the host between flushes: the learning rates and AdamW's hyperparameters are host
-numbers handed to torch's fused AdamW kernel, the norms and clipping coefficients stay device tensors.
+instrumented steps, flushes, checkpoints) and one forward / backward. A step runs no Python per member
+(what is per member is a column on the device: learning rates, AdamW's coefficients, clipping limits,
+z-loss) and nothing syncs with the host between flushes.
 """
 
 from __future__ import annotations
