@@ -134,7 +134,11 @@ def test_gpu_benchmark_runs_its_table_on_the_cpu(repo_root, tmp_path):
     assert set(result["sides"]) == {"nanogpt", "bare", "instrumented", "eager"}
     assert result["sides"]["nanogpt"]["vs_nanogpt"] == 1.0
     assert all(len(blocks) == 4 for blocks in result["block_s"].values())
-    assert {"probed forward + backward", "embedding effective rank"} <= set(result["breakdown_ms"])
+    assert {
+        "probed forward + backward",
+        "embedding effective rank",
+        "attention max logits (every block)",
+    } <= set(result["breakdown_ms"])
     assert "overhead" in result and "dense_start_s" in result
 
 
@@ -256,3 +260,58 @@ def test_norm_share_script_writes_what_finding_5_reads(repo_root, tmp_path, cach
     result = json.loads(out.read_text())
     assert result["device"] == "cpu" and len(result["share"]) == 2 and len(result["log_ratio"]) == 2
     assert all(0 < s < 1 for s in result["share"])
+
+
+def test_stack_host_benchmark_holds_the_host_work_goal(repo_root, tmp_path):
+    """Issue 36, in CI size: a stacked step's host work — its Python and torch operator calls, counted, so
+    that a busy machine cannot move them — does not grow with the members (operator calls: a stack of 32
+    dispatches what a stack of 8 does) and stays within the goal against a run alone (32 members ≤ 2×, 8 ≤
+    1.3×) on both head paths; its CPU time (which includes the members' arithmetic) stays far below the 17.5×
+    a 32-member step took before."""
+    out = tmp_path / "host.json"
+    proc = run(
+        repo_root,
+        "scripts/bench_stack.py",
+        "--host",
+        "--members=8,32",
+        "--blocks=1",
+        "--block-steps=4",
+        f"--json={out}",
+    )
+    assert "| fused | stack of 32 |" in proc.stdout and "| plain | stack of 8 |" in proc.stdout
+    rows = {(r["head"], r["members"]): r for r in json.loads(out.read_text())["rows"]}
+    for head in ("fused", "plain"):
+        assert rows[(head, 32)]["ops_per_step"] <= rows[(head, 8)]["ops_per_step"] + 2
+        assert rows[(head, 32)]["calls_ratio"] <= 2.0, rows[(head, 32)]
+        assert rows[(head, 8)]["calls_ratio"] <= 1.3, rows[(head, 8)]
+        assert rows[(head, 32)]["ratio"] < 8.0, rows[(head, 32)]
+
+
+def test_gpu_checks_stack_part_runs_dry_on_the_cpu(repo_root, tmp_path):
+    """scripts/gpu_checks.sh's stack part, on the CPU at a tiny size: every mode a sweep, the table printed
+    as each mode ends, its JSON written (what the GPU call runs, with its sizes)."""
+    env = {
+        **os.environ,
+        "PARTS": "stack",
+        "DEVICE": "cpu",
+        "OUT": str(tmp_path),
+        "STACK_MEMBERS": "2",
+        "STACK_STEPS": "2",
+        "STACK_JOBLIB": "2",
+        "STACK_MODES": "alone,stacked,joblib",
+        "T_MODE": "300",
+        "T_STACK": "900",
+    }
+    proc = subprocess.run(
+        ["bash", "scripts/gpu_checks.sh"],
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("| mode | runs | wall (s) |") == 3  # the table after each mode
+    table = {row["mode"]: row for row in json.loads((tmp_path / "stack_gpu.json").read_text())["table"]}
+    assert set(table) == {"one at a time", "stacked n_jobs=1", "joblib n_jobs=2"}
+    assert all(row["tokens_per_s"] > 0 for row in table.values())

@@ -539,3 +539,26 @@ def test_a_norms_config_takes_its_own_name_and_the_group_names_every_norm():
         ):
             config_class("norm", {"name": name})
     assert config_class("norm", {"name": "bn"}) is BatchNormConfig
+
+
+def test_max_causal_logit_is_the_largest_causal_score_in_blocks_of_queries():
+    """The attention-logit probe computes the score matrix a block of queries at a time, each block against
+    the keys it may see: the same maximum as the full masked matrix (a hand-made reference), across block
+    boundaries, with the largest score placed in the last block and just below the diagonal."""
+    from normlab.model.blocks import MAX_LOGIT_ROWS, max_causal_logit
+
+    g = torch.Generator().manual_seed(0)
+    t, d = 2 * MAX_LOGIT_ROWS + 37, 8
+    q = torch.randn(2, 3, t, d, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 3, t, d, generator=g, dtype=torch.float64)
+    q[1, 2, t - 1] = 5.0
+    k[1, 2, t - 2] = 5.0  # key before its query: allowed, and the largest
+    k[1, 2, t - 1 :] = 0.0
+    scores = (q @ k.transpose(-1, -2)) / d**0.5
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    reference = scores.masked_fill(~causal, float("-inf")).amax()
+    assert max_causal_logit(q, k).item() == pytest.approx(reference.item(), rel=1e-6)  # float32 out
+    assert reference.item() == pytest.approx(25.0 * d / d**0.5, rel=1e-12)
+    k[0, 0, t - 1] = 100.0  # a key only the last query may see, and it looks away: masked for the others
+    q[0, 0, t - 1] = 0.0
+    assert max_causal_logit(q, k).item() == pytest.approx(reference.item(), rel=1e-6)

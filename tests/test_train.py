@@ -87,6 +87,19 @@ def test_eval_at_start_adds_the_step_0_evaluation(make_cfg, tmp_path):
     assert sorted(r[names.STEP] for r in rows(tmp_path) if names.VAL_LOSS in r) == [0, 2, 4]
 
 
+def test_eval_at_adds_evaluations_at_those_steps(make_cfg, tmp_path):
+    """train.eval_at: evaluations before the steps it lists, besides eval_every's and the final one; each is
+    the same evaluation (the same windows), so the rows' val_loss is what Trainer.evaluate says then."""
+    Run(make_cfg("train.eval_every=4", "train.max_steps=6", "train.eval_at=[1,3,4]"), tmp_path).execute()
+    table = rows(tmp_path)
+    assert sorted({r[names.STEP] for r in table if names.VAL_LOSS in r}) == [1, 3, 4, 6]
+    by_step = {r[names.STEP]: r for r in table if names.LOSS in r}
+    assert names.VAL_LOSS not in by_step[2] and names.VAL_LOSS in by_step[3]
+    assert by_step[3][names.VAL_PPL] == pytest.approx(math.exp(by_step[3][names.VAL_LOSS]))
+    Run(make_cfg("train.max_steps=2", "train.eval_at=[0]"), tmp_path / "start").execute()
+    assert sorted(r[names.STEP] for r in rows(tmp_path / "start") if names.VAL_LOSS in r) == [0, 2]
+
+
 def test_layer_norms_add_up_to_the_global_norm(make_cfg, tmp_path):
     Run(make_cfg("depth=3"), tmp_path).execute()
     first = rows(tmp_path)[0]

@@ -109,24 +109,25 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    requeue.join_submitit_tasks()  # a SLURM job of several tasks: one process group, like torchrun
-    num_threads = cfg.train.num_threads if isinstance(cfg.train.num_threads, int) else None
-    if not cfg.train.resume and requeue.requeued_resume(run_dir):
-        log.info("requeued job: resuming the interrupted run in %s", run_dir)
-        with open_dict(cfg):
-            cfg.train.resume = str(run_dir)
-    run = Run(
-        cfg,
-        run_dir,
-        num_threads=threads_for_job(num_threads),
-        group=sweep_group(),
-        stop=requeue.stop_request(),
-        resume_command=resume_command,
-        dist=distributed.current(),
-        step_time=not multirun,  # a sweep's jobs do not each need telling
-        side_by_side=parallel_sweep(),  # its sweep prints one progress line for all its running jobs
-        keep_signals=not multirun,  # in a sweep the launcher's handlers come back between jobs
-    )
+    with crash_recorded(cfg, run_dir):  # a bug before the run exists still leaves summary.json
+        requeue.join_submitit_tasks()  # a SLURM job of several tasks: one process group, like torchrun
+        num_threads = cfg.train.num_threads if isinstance(cfg.train.num_threads, int) else None
+        if not cfg.train.resume and requeue.requeued_resume(run_dir):
+            log.info("requeued job: resuming the interrupted run in %s", run_dir)
+            with open_dict(cfg):
+                cfg.train.resume = str(run_dir)
+        run = Run(
+            cfg,
+            run_dir,
+            num_threads=threads_for_job(num_threads),
+            group=sweep_group(),
+            stop=requeue.stop_request(),
+            resume_command=resume_command,
+            dist=distributed.current(),
+            step_time=not multirun,  # a sweep's jobs do not each need telling
+            side_by_side=parallel_sweep(),  # its sweep prints one progress line for all its running jobs
+            keep_signals=not multirun,  # in a sweep the launcher's handlers come back between jobs
+        )
     try:
         summary = run.execute()
     except UserError as e:  # the run directory cannot be used: nothing was written
@@ -135,24 +136,49 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
     except Exception as e:  # a bug: summary.json has status crashed and the traceback; so will the console
         e.normlab_crash = True  # type: ignore[attr-defined]
         raise
+    return job_outcome(summary, run_dir, multirun, run=run)
+
+
+@contextlib.contextmanager
+def crash_recorded(cfg: DictConfig, run_dir: Path) -> Iterator[None]:
+    """A bug raised inside (before a run exists to record it) is written to `run_dir`'s summary.json as a
+    crash with its traceback (docs/errors.md), then raised on."""
+    try:
+        yield
+    except Exception as e:
+        if not isinstance(e, UserError):
+            from normlab.train.run import Run
+
+            Run(cfg, run_dir).record_crash(e)
+            e.normlab_crash = True  # type: ignore[attr-defined]
+        raise
+
+
+def job_outcome(summary: dict[str, Any], run_dir: Path, multirun: bool, run: Any = None) -> Any:
+    """What the console hears of a run's ending, and what its job returns: the final validation loss, None
+    (interrupted in a sweep), `JobFailed` raised for a failed job of a sweep; outside a sweep a failed,
+    invalid or interrupted run exits with its code. `run` (a Run) says a single run's exit code and hands a
+    preemption back to its cluster."""
     status = summary["status"]
     if status == "failed":
         print(f"error: {summary['reason']}", file=sys.stderr)
         if summary.get("resume_command") and not multirun:
             print(f"continue with: {summary['resume_command']}", file=sys.stderr)
-        if not multirun:  # in a sweep: recorded, and the sweep reports it at the end
-            sys.exit(EXIT_FAILED)
-    elif status == "invalid":  # the run already logged its one sentence
+        if multirun:  # recorded, and the sweep reports it at the end
+            raise JobFailed(str(summary["reason"]))
+        sys.exit(EXIT_FAILED)
+    if status == "invalid":  # the run already logged its one sentence
         if not multirun:
             sys.exit(EXIT_INVALID)
     elif status == "interrupted":
         print(f"interrupted: {summary['reason']} Summary in {run_dir / 'summary.json'}.", file=sys.stderr)
-        requeue.hand_back(run.stop)  # submitit's preemption signal: it requeues the job and exits
+        if run is not None:
+            requeue.hand_back(run.stop)  # submitit's preemption signal: it requeues the job and exits
         if multirun:  # the sweep stops and prints the one command that continues all of it
             return None
         if summary.get("resume_command"):
             print(f"resume with: {summary['resume_command']}", file=sys.stderr)
-        sys.exit(run.exit_code())
+        sys.exit(run.exit_code() if run is not None else EXIT_FAILED)
     else:
         log.info(
             "%s: %s after %d steps, final val loss %s (%s)",
@@ -170,10 +196,9 @@ def run_stacked_jobs(jobs: list[Any], threads: int | None = None) -> list[Any]:
     per job, what run_hydra_job would return for it, or the exception it would raise."""
     from normlab.train.stacked.run import MemberRun, StackedRun
 
-    stop = requeue.stop_request()
-    members = []
-    for job in jobs:
-        members.append(
+    try:
+        stop = requeue.stop_request()
+        members = [
             MemberRun(
                 job.cfg,
                 job.run_dir,
@@ -183,9 +208,16 @@ def run_stacked_jobs(jobs: list[Any], threads: int | None = None) -> list[Any]:
                 as_job=job.as_job,
                 side_by_side=True,  # several runs in one process: progress lines, no bars
             )
-        )
-    requested = jobs[0].cfg.train.num_threads
-    summaries = StackedRun(members, stop, requested if isinstance(requested, int) else threads).execute()
+            for job in jobs
+        ]
+        requested = jobs[0].cfg.train.num_threads
+        summaries = StackedRun(members, stop, requested if isinstance(requested, int) else threads).execute()
+    except Exception as e:  # a bug before the members' runs could record it: each job's summary says so
+        for job in jobs:
+            with contextlib.suppress(Exception), crash_recorded(job.cfg, job.run_dir):
+                raise e
+        e.normlab_crash = True  # type: ignore[attr-defined]
+        return [e for _ in jobs]
     outcomes: list[Any] = []
     for member, summary in zip(members, summaries, strict=True):
         if summary is None or member.error is not None:
@@ -197,27 +229,10 @@ def run_stacked_jobs(jobs: list[Any], threads: int | None = None) -> list[Any]:
                 error = JobFailed(str(error))
             outcomes.append(error)
             continue
-        status = summary["status"]
-        if status == "failed":
-            print(f"error: {summary['reason']}", file=sys.stderr)
-            outcomes.append(JobFailed(str(summary["reason"])))
-        elif status == "interrupted":
-            print(
-                f"interrupted: {summary['reason']} Summary in {member.run_dir / 'summary.json'}.",
-                file=sys.stderr,
-            )
-            outcomes.append(None)
-        else:
-            if status not in ("invalid",):
-                log.info(
-                    "%s: %s after %d steps, final val loss %s (%s)",
-                    summary["name"],
-                    status,
-                    summary["steps"],
-                    summary["final_val_loss"],
-                    member.run_dir,
-                )
-            outcomes.append(summary["final_val_loss"])
+        try:
+            outcomes.append(job_outcome(summary, member.run_dir, multirun=True))
+        except JobFailed as e:
+            outcomes.append(e)
     return outcomes
 
 

@@ -4,12 +4,14 @@ sweep bit for bit (slow); the fault-injection soak on a stacked sweep (slow)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shlex
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,34 @@ def test_a_stacked_sweep_writes_what_the_runs_alone_write(tmp_path, cache_dir):
     assert Trainer  # a member's last.pt is loaded by Trainer.load_state_dict in tests/test_stacked.py
 
 
+@contextlib.contextmanager
+def two_cores() -> Iterator[int]:
+    """This process (and the sweep it starts) on two cores where the machine has them: `n_jobs: auto` then
+    means two stacks at once on any machine; yields the cores the sweep will see."""
+    before = os.sched_getaffinity(0)
+    cores = sorted(before)[:2]
+    os.sched_setaffinity(0, cores)
+    try:
+        yield len(cores)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_the_stacked_launcher_runs_with_its_defaults(tmp_path, cache_dir):
+    """Issue 36: `n_jobs: auto` (the default) on every path — a sweep with fewer jobs than cores (each job a
+    run alone in its own process, which crashed on int('auto')) and one with more (a stack beside a run
+    alone): every job completes and says so in its summary.json."""
+    with two_cores() as cores:
+        for name, jobs in (("fewer", max(1, cores - 1)), ("more", cores + 1)):
+            seeds = ",".join(str(s) for s in range(jobs))
+            code, out = sweep(tmp_path, cache_dir, name, "stacked", f"seed={seeds}", "train.max_steps=3")
+            assert code == 0, out[-3000:]
+            found = summaries(tmp_path / name)
+            assert len(found) == jobs and {s["status"] for s in found.values()} == {"completed"}, found
+            assert f"[sweep] all {jobs} jobs done ({jobs} completed)" in out
+    assert "stacked: jobs #0, #1 as one model" in out  # the sweep with more jobs than cores stacked two
+
+
 def interrupt(tmp_path: Path, sweep_dir: Path, argv: list[str], signum: int, rng: random.Random) -> str:
     process = SweepProcess(argv, tmp_path / "signal.log", env())
     deadline = time.monotonic() + 300
@@ -164,6 +194,54 @@ def test_a_signal_saves_every_member_and_the_sweep_continues_bit_for_bit(tmp_pat
         rows = training_rows(run_dir)
         assert [r["step"] for r in rows if "loss" in r] == list(range(steps))
         assert comparable(rows) == comparable(training_rows(reference[job]))  # bit for bit
+
+
+@pytest.mark.slow
+def test_stacks_stopped_at_different_steps_are_restacked_and_continue_bit_for_bit(tmp_path, cache_dir):
+    """Issue 39, point 8: two stacks at once (on two cores, one thread each) stop at their own steps when a
+    signal comes; the continue command trains each stack again with the same members (not each job alone,
+    as it did: "4 jobs in 4 processes"), so every job ends bit for bit as in an uninterrupted sweep."""
+    steps = 150
+    jobs = (
+        "seed=0,1,2,3",
+        f"train.max_steps={steps}",
+        "train.eval_every=50",
+        "train.flush_every=1",  # every step on disk as it is made: the signal lands mid-training
+        "hydra.launcher.n_jobs=2",
+    )
+    with two_cores():
+        code, out = sweep(tmp_path, cache_dir, "reference", "stacked", *jobs)
+        assert code == 0, out[-3000:]
+        assert "stacked: jobs #0, #1 as one model" in out and "stacked: jobs #2, #3 as one model" in out
+        sweep_dir = tmp_path / "sweep"
+        argv = [
+            "train.py",
+            "-m",
+            *OVERRIDES,
+            f"data.cache_dir={cache_dir}",
+            "hydra/launcher=stacked",
+            f"hydra.sweep.dir={sweep_dir}",
+            *jobs,
+        ]
+        rng = random.Random(f"{os.getpid()}-restack")
+        output = interrupt(tmp_path, sweep_dir, argv, int(signal.SIGINT), rng)
+        found = summaries(sweep_dir)
+        assert len(found) == 4 and {s["status"] for s in found.values()} == {"interrupted"}, found
+        (line,) = [ln for ln in output.splitlines() if ln.startswith("continue the sweep with: ")]
+        resumed = SweepProcess(
+            shlex.split(line.removeprefix("continue the sweep with: "))[1:], tmp_path / "resume.log", env()
+        )
+        code, _ = resumed.wait(600)
+    log = (tmp_path / "resume.log").read_text()
+    assert code == 0, log[-3000:]
+    assert "4 jobs in 2 processes" in log, log[-3000:]  # the two stacks again, not four runs alone
+    reference = job_dirs(tmp_path / "reference")
+    for job, run_dir in job_dirs(sweep_dir).items():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["steps"] == steps
+        rows = training_rows(run_dir)
+        assert [r["step"] for r in rows if "loss" in r] == list(range(steps))
+        assert comparable(rows) == comparable(training_rows(reference[job])), job  # bit for bit
 
 
 @pytest.mark.slow

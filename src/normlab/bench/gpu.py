@@ -55,9 +55,11 @@ from omegaconf import OmegaConf
 
 from normlab.bench.loop import MinimalLoop, load_nanogpt, nanogpt_loop
 from normlab.config.compose import compose_config
+from normlab.metrics.activations import LogitStats
 from normlab.metrics.embedding import effective_rank
 from normlab.metrics.histograms import layer_grad_histograms
 from normlab.metrics.sinks import JsonlSink
+from normlab.model.blocks import max_causal_logit
 from normlab.train import flops
 from normlab.train.loop import Trainer
 
@@ -192,6 +194,18 @@ def breakdown(trainer: Trainer, device: torch.device, repeats: int) -> dict[str,
             instruments.updates.ratios(),
         ),
     }
+    # the probed forward's own measurements, at the model's shapes (what the probed step adds to the plain one)
+    model = trainer.model
+    heads, t = model.blocks[0].attn.n_heads, x.shape[1]
+    dtype = trainer.amp_dtype or torch.float32  # the scores' dtype under autocast
+    q = torch.randn(x.shape[0], heads, t, model.d_model // heads, device=device, dtype=dtype)
+    parts["attention max logits (every block)"] = lambda: [
+        max_causal_logit(q, q) for _ in range(model.n_layers)
+    ]
+    with torch.no_grad(), trainer.autocast():
+        hidden = model.features(x)
+        logits = model.head(hidden)
+    parts["logit statistics (materialised logits)"] = lambda: LogitStats.of(logits)
     grads = [torch.randn_like(p) for p in instruments.layout.params]
     parts["gradient histograms"] = lambda: layer_grad_histograms(
         instruments.layout, grads, instruments.cfg.histogram_bins

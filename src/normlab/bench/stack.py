@@ -3,6 +3,7 @@
 
     python scripts/bench_stack.py                       # CPU: 4 seeds of model=tiny, 200 steps
     python scripts/bench_stack.py --device cuda         # GPU: 32 seeds of model=small, probes on
+    python scripts/bench_stack.py --host                # host work per step: normlab.bench.stack_host
 
 Every mode is the real command, `python -m normlab -m seed=0,…,S-1 … hydra/launcher=…` (one-at-a-time is
 `hydra/launcher=basic` over the first `--alone-runs` jobs of the same sweep), with the default metrics
@@ -15,9 +16,12 @@ Every mode is the real command, `python -m normlab -m seed=0,…,S-1 … hydra/l
   the runs at once, for one-at-a-time one run's;
 - vs one alone: that sum over one-at-a-time's.
 
-The modes run in A B … | … B A blocks (`--repeats` of them), and each number is the median over blocks:
-a machine shared with other work slows every mode alike within a block. The machine's load average is
-printed with each block. With `--device cpu` the same code path runs on the CPU (the GPU mode's sweep sizes
+The modes (`--modes`: alone, joblib, stacked, and `compiled`, one stack with train.compile as
+`--compile-mode` says) run in A B … | … B A blocks (`--repeats` of them), and each number is the median
+over blocks: a machine shared with other work slows every mode alike within a block. The machine's load
+average is printed with each block, and the table so far after each mode (a run cut off by its time limit
+keeps what it measured); a mode that fails or takes longer than `--mode-timeout` is reported as such and
+the others go on. With `--device cpu` the same code path runs on the CPU (the GPU mode's sweep sizes
 can be tried there with `--members`, `--model`).
 
 `--in-process` measures the work instead, where a busy machine makes wall times meaningless: in one process
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -55,6 +60,7 @@ class Mode:
     launcher: str
     n_jobs: int
     runs: int  # jobs of the sweep this mode trains
+    extra: tuple[str, ...] = ()  # overrides of this mode alone (the compiled stack's)
 
 
 def load_average() -> float:
@@ -94,6 +100,7 @@ def sweep_command(args: argparse.Namespace, mode: Mode, sweep_dir: Path) -> list
         f"hydra/launcher={mode.launcher}",
         f"hydra.sweep.dir={sweep_dir}",
         *args.overrides,
+        *mode.extra,
     ]
     if mode.launcher in ("joblib", "stacked"):
         command.append(f"hydra.launcher.n_jobs={mode.n_jobs}")
@@ -103,16 +110,32 @@ def sweep_command(args: argparse.Namespace, mode: Mode, sweep_dir: Path) -> list
 
 
 def run_mode(args: argparse.Namespace, mode: Mode, workdir: Path, block: int) -> dict[str, Any]:
-    sweep_dir = workdir / f"{mode.launcher}{mode.n_jobs}-{block}"
+    """One sweep of `mode`: its wall time and summed tokens/s, or why it has none (`failed`: it failed, did
+    not finish within --mode-timeout, or not every run completed)."""
+    sweep_dir = (
+        workdir / f"{re.sub(r'[^A-Za-z0-9]+', '_', mode.name)}-{block}"
+    )  # a name Hydra reads as a value
     env = {**os.environ, "WANDB_MODE": "disabled"}
     start = time.perf_counter()
-    proc = subprocess.run(sweep_command(args, mode, sweep_dir), env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(
+            sweep_command(args, mode, sweep_dir),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=args.mode_timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {
+            "wall_s": time.perf_counter() - start,
+            "failed": f"not finished within {args.mode_timeout:g} s",
+        }
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise SystemExit(f"{mode.name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        return {"wall_s": wall, "failed": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
     summaries = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/summary.json"))]
     if len(summaries) != mode.runs or any(s["status"] != "completed" for s in summaries):
-        raise SystemExit(f"{mode.name}: not every run completed in {sweep_dir}")
+        return {"wall_s": wall, "failed": f"not every run completed in {sweep_dir}"}
     per_run = [float(s["tokens_per_s"]) for s in summaries]
     if mode.launcher == "stacked":
         summed = sum(per_run)
@@ -121,6 +144,49 @@ def run_mode(args: argparse.Namespace, mode: Mode, workdir: Path, block: int) ->
     else:
         summed = statistics.mean(per_run)
     return {"wall_s": wall, "tokens_per_s": summed, "runs": mode.runs}
+
+
+def sweep_table(modes: list[Mode], results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each mode that has run: median wall and tokens/s over its blocks, and the ratio to the first mode's."""
+    table = []
+    first = [r["tokens_per_s"] for r in results[modes[0].name] if "tokens_per_s" in r]
+    base = statistics.median(first) if first else None
+    for mode in modes:
+        done = results[mode.name]
+        if not done:
+            continue
+        good = [r for r in done if "tokens_per_s" in r]
+        row: dict[str, Any] = {
+            "mode": mode.name,
+            "runs": mode.runs,
+            "wall_s": statistics.median(r["wall_s"] for r in done),
+        }
+        if good:
+            row["tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in good)
+            row["ratio"] = row["tokens_per_s"] / base if base else None
+        else:
+            row["failed"] = done[-1]["failed"]
+        table.append(row)
+    return table
+
+
+def print_table(title: str, table: list[dict[str, Any]]) -> None:
+    print(
+        f"\n{title}\n| mode | runs | wall (s) | tokens/s summed | vs one alone |\n|---|---|---|---|---|",
+        flush=True,
+    )
+    for row in table:
+        if "failed" in row:
+            print(
+                f"| {row['mode']} | {row['runs']} | {row['wall_s']:.1f} | — ({row['failed']}) | — |",
+                flush=True,
+            )
+        else:
+            ratio = f"{row['ratio']:.2f}×" if row.get("ratio") else "—"
+            print(
+                f"| {row['mode']} | {row['runs']} | {row['wall_s']:.1f} | {row['tokens_per_s']:,.0f} | {ratio} |",
+                flush=True,
+            )
 
 
 def in_process(args: argparse.Namespace) -> dict[str, Any]:
@@ -215,11 +281,31 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def run_host(args: argparse.Namespace) -> dict[str, Any]:
+    """`--host`: normlab.bench.stack_host's table, printed and (with --json) written."""
+    from normlab.bench.stack_host import host, table
+
+    sizes = [int(n) for n in str(args.members or "1,8,32").split(",")]
+    heads = [h for h in args.heads.split(",") if h]
+    print(
+        f"{device_name('cpu')}: a run alone vs stacks of {sizes}, heads {heads}, load {load_average()}",
+        flush=True,
+    )
+    out = host(sizes, heads, args.blocks, args.block_steps, args.overrides)
+    out.update(machine=device_name("cpu"), load_avg=load_average())
+    print(table(out, out["machine"], out["load_avg"]))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--model", default=None, help="model preset (default: tiny on cpu, small on cuda)")
-    p.add_argument("--members", type=int, default=None, help="runs in the sweep (seeds)")
+    p.add_argument(
+        "--members", default=None, help="runs in the sweep (seeds); with --host, stack sizes, e.g. 1,8,32"
+    )
     p.add_argument("--steps", type=int, default=None, help="train.max_steps of each run")
     p.add_argument("--batch", type=int, default=None, help="train.batch_size")
     p.add_argument("--joblib-jobs", type=int, default=None, help="hydra.launcher.n_jobs of the joblib mode")
@@ -229,6 +315,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="comma-separated hydra.launcher.n_jobs of the stacked modes (stacks at once), e.g. 1,2",
     )
     p.add_argument("--max-stack", type=int, default=32, help="hydra.launcher.max_stack")
+    p.add_argument(
+        "--modes",
+        default="alone,joblib,stacked",
+        help="the sweeps to time, in order: alone, joblib, stacked, compiled (one stack with train.compile)",
+    )
+    p.add_argument(
+        "--compile-mode",
+        default="reduce-overhead",
+        help="train.compile_mode of the `compiled` mode (reduce-overhead: CUDA graphs on a GPU)",
+    )
+    p.add_argument(
+        "--mode-timeout",
+        type=float,
+        default=None,
+        help="seconds a mode's sweep may take; then it is reported as not finished",
+    )
     p.add_argument("--alone-runs", type=int, default=None, help="jobs one-at-a-time trains (of the sweep)")
     p.add_argument("--repeats", type=int, default=1, help="blocks of every mode (A B … | … B A)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -237,12 +339,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="CPU time on one thread: alone vs stacked in one process (for a busy machine; see above)",
     )
-    p.add_argument("--block-steps", type=int, default=20, help="--in-process: steps a block times")
+    p.add_argument("--block-steps", type=int, default=20, help="--in-process, --host: steps a block times")
+    p.add_argument(
+        "--host",
+        action="store_true",
+        help="CPU time per step at a shape of negligible arithmetic: a run alone vs stacks of --members "
+        "(default 1,8,32), both head paths (normlab.bench.stack_host)",
+    )
+    p.add_argument("--blocks", type=int, default=6, help="--host: blocks of every configuration")
+    p.add_argument("--heads", default="fused,plain", help="--host: head paths, fused and/or plain")
     p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = p.parse_args(argv)
+    if args.host:
+        return run_host(args)
     model, members, steps, batch, joblib_jobs, alone_runs = DEFAULTS[args.device]
     args.model = args.model or model
-    args.members = args.members or members
+    args.members = int(args.members or members)
     args.steps = args.steps or steps
     args.batch = args.batch or batch
     args.joblib_jobs = args.joblib_jobs or joblib_jobs
@@ -252,20 +364,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.json:
             args.json.write_text(json.dumps(out, indent=1))
         return out
-    modes = [
-        Mode("one at a time", "basic", 1, alone),
-        Mode(f"joblib n_jobs={args.joblib_jobs}", "joblib", args.joblib_jobs, args.members),
-        *(
-            Mode(f"stacked n_jobs={k}", "stacked", int(k), args.members)
-            for k in str(args.stacked_jobs).split(",")
-        ),
-    ]
+    modes = sweep_modes(args, alone)
     name = device_name(args.device)
     print(
         f"{name}: {args.members} runs of model={args.model}, {args.steps} steps, batch {args.batch}; "
         f"modes: {', '.join(m.name for m in modes)}",
         flush=True,
     )
+    title = f"{name}, model={args.model}, {args.members} runs × {args.steps} steps, batch {args.batch}"
     results: dict[str, list[dict[str, Any]]] = {m.name: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="normlab-bench-stack-") as tmp:
         workdir = Path(tmp)
@@ -282,22 +388,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 found = run_mode(args, mode, workdir, block)
                 found["load_avg"] = load_average()
                 results[mode.name].append(found)
+                said = found.get("failed") or f"{found['tokens_per_s']:,.0f} tokens/s"
                 print(
-                    f"  block {block}: {mode.name}: {found['wall_s']:.1f} s, {found['tokens_per_s']:,.0f} tokens/s "
-                    f"(load {found['load_avg']})",
+                    f"  block {block}: {mode.name}: {found['wall_s']:.1f} s, {said} (load {found['load_avg']})",
                     flush=True,
                 )
-    base = statistics.median(r["tokens_per_s"] for r in results[modes[0].name])
-    table = []
-    print(f"\n{name}, model={args.model}, {args.members} runs × {args.steps} steps, batch {args.batch}")
-    print("| mode | runs | wall (s) | tokens/s summed | vs one alone |\n|---|---|---|---|---|")
-    for mode in modes:
-        wall = statistics.median(r["wall_s"] for r in results[mode.name])
-        tps = statistics.median(r["tokens_per_s"] for r in results[mode.name])
-        table.append(
-            {"mode": mode.name, "runs": mode.runs, "wall_s": wall, "tokens_per_s": tps, "ratio": tps / base}
-        )
-        print(f"| {mode.name} | {mode.runs} | {wall:.1f} | {tps:,.0f} | {tps / base:.2f}× |")
+                print_table(title, sweep_table(modes, results))  # the table so far: a cut-off run keeps it
+    table = sweep_table(modes, results)
     out = {
         "device": name,
         "args": {k: v for k, v in vars(args).items() if k != "json"},
@@ -307,3 +404,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
     return out
+
+
+def sweep_modes(args: argparse.Namespace, alone: int) -> list[Mode]:
+    """The sweeps --modes names: `alone` (one at a time, `alone` runs), `joblib` (--joblib-jobs processes),
+    `stacked` (one per --stacked-jobs value), `compiled` (one stack, train.compile with --compile-mode)."""
+    modes = []
+    for key in args.modes.split(","):
+        if key == "alone":
+            modes.append(Mode("one at a time", "basic", 1, alone))
+        elif key == "joblib":
+            modes.append(Mode(f"joblib n_jobs={args.joblib_jobs}", "joblib", args.joblib_jobs, args.members))
+        elif key == "stacked":
+            modes += [
+                Mode(f"stacked n_jobs={k}", "stacked", int(k), args.members)
+                for k in str(args.stacked_jobs).split(",")
+            ]
+        elif key == "compiled":
+            extra = ("train.compile=true", f"train.compile_mode={args.compile_mode}")
+            modes.append(Mode(f"stacked compiled ({args.compile_mode})", "stacked", 1, args.members, extra))
+        else:
+            raise SystemExit(f"--modes takes alone, joblib, stacked and compiled, not {key}")
+    return modes

@@ -121,6 +121,12 @@ class TrainConfig(Knobs):
         "also evaluate at step 0, before any update (experiments that compare against the initial val loss); "
         "false saves a run eval_batches forward passes (the step-0 gradient profile does not need them)",
     )
+    eval_at: list[int] = knob(
+        [],
+        "extra evaluations before these steps, besides eval_every's, e.g. [1,2,5,50] for the first steps "
+        "where instabilities live (0 evaluates at the start, as eval_at_start)",
+        ge=0,
+    )
     eval_batches: int = knob(20, "validation batches per evaluation (the same windows every time)", ge=1)
     ckpt_every: int = knob(0, "checkpoint every this many steps (and at the end); 0 = only at the end", ge=0)
     resume: Optional[str] = knob(
@@ -152,8 +158,10 @@ class TrainConfig(Knobs):
         "default",
         "how train.compile compiles: default (torch.compile's own) | tuned (Inductor also tunes each generated "
         "kernel's launch configuration by coordinate descent: longer to compile, sometimes faster to run) | "
-        "max-autotune (also benchmarks matrix-product kernels; minutes to compile, for long GPU runs)",
-        choices=("default", "tuned", "max-autotune"),
+        "max-autotune (also benchmarks matrix-product kernels; minutes to compile, for long GPU runs) | "
+        "reduce-overhead (CUDA graphs on a GPU: each step replays recorded graphs, for steps whose time is the "
+        "host's, a stack of small runs; docs/performance.md says what it was measured to give)",
+        choices=("default", "tuned", "max-autotune", "reduce-overhead"),
     )
     peak_flops: Optional[float] = knob(
         None,

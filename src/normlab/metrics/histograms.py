@@ -42,13 +42,11 @@ def histogram(values: torch.Tensor, bins: int) -> DeviceHistogram:
     zero_width = hi == lo
     lo, hi = torch.where(zero_width, lo - 0.5, lo), torch.where(zero_width, hi + 0.5, hi)
     edges = torch.linspace(0, 1, bins + 1, device=flat.device) * (hi - lo) + lo
-    index = ((flat - lo) * (bins / (hi - lo))).long().clamp_(0, bins - 1)
-    # numpy decides the bin with the edges themselves: a value just below an edge that the scaled
-    # difference rounds up belongs to the bin before it (and likewise just above one)
-    index -= (flat < edges[index]).long()
-    index += ((flat >= edges[(index + 1).clamp(max=bins)]) & (index < bins - 1)).long()
+    # numpy decides the bin with the edges themselves (edges[i] ≤ x < edges[i + 1], the last bin closed):
+    # one binary search against them, in 32-bit indices (the gradients' pass is the histogram's cost)
+    index = torch.bucketize(flat, edges, right=True, out_int32=True).sub_(1).clamp_(0, bins - 1)
     counts = torch.zeros(bins, dtype=torch.long, device=flat.device).index_add_(
-        0, index, torch.ones_like(index)
+        0, index, torch.ones_like(index, dtype=torch.long)
     )
     return DeviceHistogram(counts, edges, finite)
 

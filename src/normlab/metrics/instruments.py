@@ -23,7 +23,7 @@ from normlab.metrics.activations import activation_keys
 from normlab.metrics.embedding import effective_rank, token_embedding
 from normlab.metrics.histograms import DeviceHistogram, layer_grad_histograms, to_host
 from normlab.metrics.layout import ParamLayout
-from normlab.metrics.model_update import ModelUpdateProbe
+from normlab.metrics.model_update import ModelUpdateProbe, module_outputs
 from normlab.metrics.updates import UpdateRatio, param_norm_keys, update_ratio_keys
 
 
@@ -108,7 +108,7 @@ class Instruments:
         self.layout = layout
         self.activation_keys = activation_keys(layout.n_layers)
         self.updates = UpdateRatio(layout)
-        self.model_update = ModelUpdateProbe(model, probe) if probe is not None else None
+        self.model_update = ModelUpdateProbe(module_outputs(model), probe) if probe is not None else None
         self.embedding = token_embedding(model)
 
     def begin(self, step: int) -> StepProbe | None:
@@ -169,7 +169,7 @@ class StepProbe:
         if updated:  # no update (max_steps=0) means no ratio, rather than a misleading 0
             self._add(update_ratio_keys(self.instruments.layout.n_layers), self.instruments.updates.ratios())
 
-    def row(self) -> dict[str, Any]:
-        """The step's measurements as host values (one transfer for all scalars)."""
+    def row(self, m: int = 0) -> dict[str, Any]:
+        """The step's measurements as host values (one transfer for all scalars); a run alone is member 0."""
         values = torch.cat(self.parts).tolist()
         return {**dict(zip(self.keys, values, strict=True)), **to_host(self.histograms)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +21,26 @@ log = logging.getLogger("normlab")
 def scalar(value: Any) -> bool:
     """Whether a row value belongs in metrics.jsonl (histograms and other objects go to W&B only)."""
     return isinstance(value, int | float | str | bool) or value is None
+
+
+def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's scalars as JSON takes them (`json_safe` of each `scalar`): a row's values are almost all
+    plain finite floats and ints, which pass unchanged without a call each (a stack writes one row per
+    member per step)."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        kind = type(value)
+        if (
+            (kind is float and math.isfinite(value))
+            or kind is int
+            or kind is str
+            or kind is bool
+            or value is None
+        ):
+            out[key] = value
+        elif scalar(value):
+            out[key] = json_safe(value)
+    return out
 
 
 def read_rows(path: Path) -> tuple[list[str], int]:
@@ -89,7 +110,7 @@ class JsonlSink(RowSink):
         if self.mark:
             row, self.mark = {**row, **self.mark}, {}
         try:
-            self._file.write(json.dumps({k: json_safe(v) for k, v in row.items() if scalar(v)}) + "\n")
+            self._file.write(json.dumps(_plain(row)) + "\n")
             self._file.flush()
         except OSError as e:  # e.g. the disk is full: say which file
             raise OSError(e.errno, e.strerror, str(self.path)) from e

@@ -53,6 +53,7 @@ class SweepLauncher(Launcher):
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
         self.stopped_by: int | None = None  # the signal that stopped the sweep, if one did
+        self.sweep_jobs: list[Job] = []  # every job of this invocation, skipped ones included
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -75,6 +76,7 @@ class SweepLauncher(Launcher):
             log.info("removed %s, left by a sweep whose process was killed", folder)
         self._announce(sweep)
         to_run = [j for j in sweep.jobs if not j.skipped]
+        self.sweep_jobs = sweep.jobs  # every job, run now or finished before (the stacked launcher's stacks)
         mark_done(sweep.sweep_dir, [j.num for j in sweep.jobs if j.skipped])
         ran = self.run_jobs(to_run) if to_run else {}
         endings = [

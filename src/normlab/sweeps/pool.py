@@ -110,6 +110,10 @@ class LocalPoolLauncher(SweepLauncher):
         """What each process runs: one job each (the stacked launcher makes groups of them)."""
         return [[job] for job in jobs]
 
+    def stacked(self, unit: Sequence[Job]) -> bool:
+        """Whether `unit` trains as one stacked model (a group of jobs; the stacked launcher's)."""
+        return len(unit) > 1
+
     def run_jobs(self, jobs: Sequence[Job]) -> dict[int, Ran]:
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         pending = self.units(jobs)  # first: the stacked launcher decides n_jobs there
@@ -170,7 +174,8 @@ class LocalPoolLauncher(SweepLauncher):
         )
         assert process.stdin is not None
         with contextlib.suppress(BrokenPipeError):  # it died at once: collect() says how
-            process.stdin.write(cloudpickle.dumps((common, [(job.num, job.overrides) for job in unit])))
+            jobs = [(job.num, job.overrides) for job in unit]
+            process.stdin.write(cloudpickle.dumps((common, jobs, self.stacked(unit))))
             process.stdin.close()
         return Running(unit, process, result)
 

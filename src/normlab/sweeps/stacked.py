@@ -43,6 +43,7 @@ from normlab.sweeps.pool import LocalPoolLauncher
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_STACK = 32
+N_JOBS_OVERRIDE = "hydra.launcher.n_jobs="  # the resolved n_jobs, handed to every job with its overrides
 # what the members of a stack may each have of their own: top-level keys, whole groups, and group.key
 MEMBER_KEYS = (
     "seed",
@@ -122,20 +123,26 @@ class StackedLauncher(LocalPoolLauncher):
         self.max_stack = max(1, int(max_stack))
 
     def units(self, jobs: Sequence[Job]) -> list[list[Job]]:
+        """The stacks: `jobs` (those to run now) in the stacks the whole sweep makes when it starts afresh
+        (`stack_groups` over every job of the sweep, the finished ones included), each stack cut where its
+        jobs resume from different steps. So a sweep continued after a signal trains the stacks it trained
+        before — the same members together, whatever step each stack had reached — and continues bit for bit
+        (a stack's arithmetic depends on which members it holds); a stack reduced to one job trains stacked
+        still (`stacked`)."""
         assert self.config is not None and self.hydra_context is not None
         from normlab.train import memory
         from normlab.train.build import pick_device
 
+        every = self.sweep_jobs or list(jobs)
         keys: list[str | None] = []
         fits: list[int] = []
         devices: set[str] = set()
         with _hydra_config_kept():
-            for job in jobs:
+            for job in every:
                 cfg = job_config(self.hydra_context, self.config, job.overrides, job.num)
                 HydraConfig.instance().set_config(cfg)
                 key = graph_key(_task_config(cfg))
-                start = job.plan.step if job.plan is not None and job.plan.step is not None else 0
-                keys.append(None if key is None else f"{key}|step={start}")
+                keys.append(key)
                 fit = self.max_stack
                 if key is not None:
                     shared = json.loads(key)  # the memory estimate reads the model and train groups only
@@ -147,12 +154,31 @@ class StackedLauncher(LocalPoolLauncher):
         self.n_jobs = self.processes(devices)
         with read_write(self.config.hydra), open_dict(self.config.hydra):  # what the stacks' processes read
             self.config.hydra.launcher.n_jobs = self.n_jobs
-        groups = stack_groups(keys, self.max_stack, fits, processes=self.n_jobs)
-        units = [[jobs[i] for i in unit] for unit in groups]
+        for job in jobs:  # each job composes its own config: it gets the number, never `auto`
+            job.overrides = [o for o in job.overrides if not o.startswith(N_JOBS_OVERRIDE)]
+            job.overrides.append(f"{N_JOBS_OVERRIDE}{self.n_jobs}")
+        running = {job.num for job in jobs}
+        self._stacks: set[tuple[int, ...]] = set()
+        units: list[list[Job]] = []
+        for group in stack_groups(keys, self.max_stack, fits, processes=self.n_jobs):
+            by_step: dict[int, list[Job]] = {}
+            for i in group:
+                job = every[i]
+                if job.num in running:
+                    start = job.plan.step if job.plan is not None and job.plan.step is not None else 0
+                    by_step.setdefault(start, []).append(job)
+            for unit in by_step.values():
+                units.append(unit)
+                if len(group) > 1:
+                    self._stacks.add(tuple(j.num for j in unit))
+        units.sort(key=lambda unit: unit[0].num)
         for unit in units:
             if len(unit) > 1:
                 log.info("stacked: jobs %s as one model", ", ".join(f"#{j.num}" for j in unit))
         return units
+
+    def stacked(self, unit: Sequence[Job]) -> bool:
+        return tuple(j.num for j in unit) in getattr(self, "_stacks", set())
 
     def processes(self, devices: set[str]) -> int:
         """hydra.launcher.n_jobs as a number: `auto` is the cores on the CPU, 1 where a GPU trains."""

@@ -2,7 +2,8 @@
 or one stack of jobs (normlab.sweeps.stacked).
 
 Reads the pickled jobs from stdin — Hydra's context, the sweep's config, the task function, Hydra's global
-state, each job's number and overrides — runs one job as Hydra's launchers do, or several as one stack, and
+state, each job's number and overrides, whether they are a stack — runs one job as Hydra's launchers do, or
+a stack of them (one job or several) as one stacked model, and
 writes their JobReturns to RESULT_FILE, by job number (atomically; None for a job a signal stopped before
 it began) — unless the parent is gone by then (SIGKILL): nobody would read it, so the process removes the
 results folder instead. The process starts with the stop signals blocked (the parent blocks them while
@@ -33,11 +34,11 @@ from normlab.train.signals import STOP_SIGNALS, Interrupted, StopRequest
 
 
 def run(payload: bytes) -> dict[int, JobReturn | None]:
-    common, jobs = cloudpickle.loads(payload)
+    common, jobs, stacked = cloudpickle.loads(payload)
     context, config, task_function, singletons = cloudpickle.loads(common)
     setup_globals()
     Singleton.set_state(singletons)
-    if len(jobs) > 1:
+    if stacked:
         from normlab.sweeps.stacked import run_group
 
         return run_group(context, config, jobs)

@@ -1,11 +1,11 @@
-"""The training loop: fused gradient norms, no per-step host sync, rows flushed in blocks."""
+"""A run's trainer: its step (fused gradient norms, no per-step host sync), evaluation and state; the loop
+that drives it is normlab.train.fit's, which a stack of runs shares."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -23,14 +23,14 @@ from normlab.metrics.ablation import layer_ablation_keys, losses_with_each_block
 from normlab.metrics.divergence import DivergenceConfig
 from normlab.metrics.grad_norms import GradNorms, clip_
 from normlab.metrics.instruments import InstrumentConfig, Instruments, StepProbe, wants_model_update
-from normlab.metrics.monitor import Monitor
+from normlab.metrics.monitor import BatchStarts, Monitor
 from normlab.metrics.spikes import SpikeConfig
 from normlab.train import flops
 from normlab.train.batches import RankBatches
 from normlab.train.callbacks import Callback, LoopResult
+from normlab.train.fit import fit
 from normlab.train.head_loss import HeadLoss, fused_pays
 from normlab.train.optim import build_optimizer
-from normlab.train.rows import PendingRows
 from normlab.train.schedule import lr_at
 
 log = logging.getLogger("normlab")
@@ -63,6 +63,7 @@ class Trainer:
         metrics: InstrumentConfig,
         monitor: Monitor | None = None,
         dist: Dist = SINGLE,
+        fused_head: bool | None = None,
     ) -> None:
         self.model, self.device, self.dist = model, device, dist
         self.train, self.optim, self.schedule, self.warmup_steps = train, optim, schedule, warmup_steps
@@ -77,7 +78,7 @@ class Trainer:
         self.head_loss = HeadLoss(
             model,
             z_loss=optim.z_loss,
-            fused=fused_pays(device, self.amp_dtype),
+            fused=fused_pays(device, self.amp_dtype) if fused_head is None else fused_head,
             compiled=train.compile,
             device=device,
             compile_mode=train.compile_mode,
@@ -99,6 +100,9 @@ class Trainer:
         self.layer_ablation = metrics.enabled and metrics.layer_ablation
         self.instruments = self._instruments(metrics) if metrics.enabled else None
         self.monitor = monitor if monitor is not None else Monitor(n_layers=model.n_layers)
+        self.size = 1  # members, for the loop (normlab.train.fit): a run alone is a stack of one
+        self.row_keys = [names.LOSS, names.CLIPPED, *self.grad_norms.keys]
+        self._data_states: dict[int, torch.Tensor] = {}  # the data-RNG state each step started from
 
     @classmethod
     def from_config(
@@ -112,6 +116,7 @@ class Trainer:
         reports_dir: Path | None = None,
         histograms: bool = True,
         dist: Dist = SINGLE,
+        fused_head: bool | None = None,
         **replace: Any,
     ) -> Trainer:
         """The Trainer a resolved run config describes: its train, optim, schedule, warmup_steps, seed,
@@ -145,6 +150,7 @@ class Trainer:
             metrics=metrics,
             monitor=monitor,
             dist=dist,
+            fused_head=fused_head,
         )
 
     def _instruments(self, cfg: InstrumentConfig) -> Instruments:
@@ -186,6 +192,8 @@ class Trainer:
         instrumented step `probe` takes its measurements along the way (see metrics.instruments).
         """
         self.model.train()
+        if self.monitor.writes_reports:  # where this step's batches come from, for the spike reports
+            self._data_states[self.step] = self.data_rng.get_state()
         accum = self.train.grad_accum
         loss_sum = torch.zeros((), device=self.device)
         for _ in range(accum):
@@ -218,9 +226,9 @@ class Trainer:
         return torch.cat([(loss_sum / accum).view(1), clipped.view(1), norms])
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> list[dict[str, float]]:
         """Mean validation loss over eval_batches global batches, the same windows at every evaluation (under
-        torchrun each rank evaluates its slice, and the mean is all-reduced): {val_loss: …}, and with
+        torchrun each rank evaluates its slice, and the mean is all-reduced): [{val_loss: …}], and with
         metrics.layer_ablation the same mean with each block skipped (layer_ablation/layer_i), from the
         same batches in one host transfer."""
         self.model.eval()
@@ -240,19 +248,32 @@ class Trainer:
         self.model.train()
         self.dist.average_([total, skipped])
         means = (torch.cat([total.view(1), skipped]) / self.train.eval_batches).tolist()
-        return {
-            names.VAL_LOSS: means[0],
-            **dict(zip(layer_ablation_keys(len(means) - 1), means[1:], strict=True)),
-        }
+        return [
+            {
+                names.VAL_LOSS: means[0],
+                **dict(zip(layer_ablation_keys(len(means) - 1), means[1:], strict=True)),
+            }
+        ]
 
-    def evaluates_at(self, step: int) -> bool:
-        """Evaluation before step `step`: every train.eval_every steps, at step 0 only with train.eval_at_start
-        (the step-0 row's gradient profile needs no validation loss; the evaluation would cost as much as
-        eval_batches training forwards)."""
-        if step == 0:
-            return bool(self.train.eval_at_start)
-        eval_every = self.train.eval_every
-        return eval_every > 0 and step % eval_every == 0
+    # ------------------------------------------------------------------------------------------------
+    # what the loop asks of a run (normlab.train.fit.Members): one member
+    # ------------------------------------------------------------------------------------------------
+
+    @property
+    def monitors(self) -> list[Monitor]:
+        return [self.monitor]
+
+    def row_lr(self, m: int, step: int) -> float:
+        """The learning rate of the update made at `step` (0.0 for the step-0 row of max_steps=0)."""
+        return self.lr(step) if step < self.train.max_steps else 0.0
+
+    def batch_starts(self, m: int, step: int) -> BatchStarts | None:
+        """Where the batches of `step` came from (spike reports), from the data-RNG state it started from."""
+        state = self._data_states.pop(step, None)
+        return partial(self.window_starts, state) if state is not None else None
+
+    def stop_member(self, m: int) -> None:
+        """The run's ending: nothing to freeze, the loop stops calling `train_step`."""
 
     def fit(
         self,
@@ -260,7 +281,8 @@ class Trainer:
         stop_at: int | None = None,
         stop: Callable[[], bool] | None = None,
     ) -> LoopResult:
-        """Train from self.step to train.max_steps; each measured step becomes one row for the callbacks.
+        """Train from self.step to train.max_steps: the loop of normlab.train.fit with this run as its one
+        member; each measured step becomes one row for the callbacks.
 
         Row `step` is measured before that step's update, so step 0 is the gradient profile at init. With
         max_steps=0 the step-0 row is measured and no update is made. Rows reach the host every
@@ -269,86 +291,9 @@ class Trainer:
         that many steps, without the final evaluation: a later call continues (benchmarks interleave
         trainers this way). `stop` is polled after every step (see train.signals): when it returns True,
         every pending row is flushed and the result is `interrupted` at a step boundary, so a checkpoint
-        taken then continues exactly where metrics.jsonl ends.
+        taken then continues exactly where metrics.jsonl ends. A callback's exception ends the loop.
         """
-        result = LoopResult(steps=self.step, status="completed")
-        paused = False
-        try:
-            paused = self._fit(result, callbacks, stop_at, stop)
-        finally:
-            if not paused:  # a paused fit goes on with the next call
-                for callback in callbacks:
-                    callback.on_end(result)
-        return result
-
-    def _fit(
-        self,
-        result: LoopResult,
-        callbacks: Sequence[Callback],
-        stop_at: int | None,
-        stop: Callable[[], bool] | None,
-    ) -> bool:
-        """The loop of `fit`; True when it paused at `stop_at`."""
-        max_steps = self.train.max_steps
-        ckpt_every = self.train.ckpt_every
-        rows = PendingRows(
-            result,
-            callbacks,
-            keys=[names.LOSS, names.CLIPPED, *self.grad_norms.keys],
-            flush_every=self.train.flush_every,
-            tokens_per_step=self.tokens_per_step,
-            flops_per_token=self.flops_per_token,
-            peak_flops=self.peak_flops,
-            monitor=self.monitor,
-            window_starts=self.window_starts,
-        )
-        while self.step < max_steps or (max_steps == 0 and not result.train_losses):
-            step = self.step
-            if self.evaluates_at(step):
-                self._record_evaluation(result, step)
-            update = step < max_steps
-            data_state = self.data_rng.get_state() if self.monitor.writes_reports else None
-            probe = self.instruments.begin(step) if self.instruments else None
-            lr = self.lr(step) if update else 0.0
-            rows.add(step, lr, self.train_step(update, probe), probe, data_state)
-            if update:
-                self.step += 1
-                result.steps = self.step
-            done = self.step >= max_steps
-            paused = stop_at is not None and self.step >= stop_at and not done
-            stopping = stop is not None and not done and stop()
-            checkpoint_due = bool(ckpt_every) and self.step % ckpt_every == 0
-            if (rows.full or done or paused or stopping or checkpoint_due) and not rows.flush():
-                return False
-            if checkpoint_due and update and not done:
-                for callback in callbacks:
-                    callback.on_checkpoint(self.step)
-            if stopping:
-                result.status = "interrupted"
-                return False
-            if paused:
-                return True
-            if done:
-                break
-        if max_steps > 0:
-            val = self._record_evaluation(result, self.step)
-            row = {
-                names.STEP: self.step,
-                names.VAL_LOSS: val,
-                names.VAL_PPL: math.exp(min(val, 700.0)),
-                **result.eval_metrics.get(self.step, {}),
-            }
-            for callback in callbacks:
-                callback.on_eval(row)
-        return False
-
-    def _record_evaluation(self, result: LoopResult, step: int) -> float:
-        """Evaluate before step `step`, keep the results in `result`, return the validation loss."""
-        evaluation = self.evaluate()
-        val = result.val_losses[step] = evaluation.pop(names.VAL_LOSS)
-        if evaluation:
-            result.eval_metrics[step] = evaluation
-        return val
+        return fit(self, [list(callbacks)], stop=stop, stop_at=stop_at)[0]
 
     def state_dict(self) -> dict[str, Any]:
         return {

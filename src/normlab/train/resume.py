@@ -69,6 +69,7 @@ FREE = (
     "train.ckpt_every",
     "train.eval_every",
     "train.eval_at_start",
+    "train.eval_at",
     "train.sample_tokens",
     "train.sample_prompt",
     "train.peak_flops",

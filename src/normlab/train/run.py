@@ -171,6 +171,26 @@ class Run(RunStart, RunEnd):
             )
         return True
 
+    def record_crash(self, e: BaseException) -> None:
+        """A bug `e` raised before this run could start (its job's set-up): summary.json says `crashed` with
+        the traceback, as a crash in the run would leave it. Nothing is written into a directory another
+        process holds, nor over a summary that already says how the run ended."""
+        if not self.dist.is_main:
+            return
+        try:
+            self.directory.acquire()
+        except Exception:  # in use, or not writable: nothing can be written there
+            return
+        try:
+            earlier = RunSummary.read(self.run_dir) if (self.run_dir / SUMMARY_FILE).is_file() else None
+            if earlier is None or earlier.status == "running":
+                self._echo_config()
+                self._ended_by(e)
+        except Exception:  # recording the crash must not hide it
+            log.exception("could not record the crash in %s", self.run_dir / SUMMARY_FILE)
+        finally:
+            self.directory.release()
+
     def write_previous_summary(self) -> None:
         """Put back the summary.json the run directory held before this (refused) resume."""
         if not self.dist.is_main or self.previous is None:
@@ -237,49 +257,70 @@ class Run(RunStart, RunEnd):
     def _train(self, trainer: Trainer, corpus: TokenCorpus) -> None:
         with self.stop.deferred():  # from here a signal stops at the next step boundary
             result, previous = self._fit(trainer)
-            if self.dist.is_main:  # checkpoints/last.pt, then the summary: both before anything else can fail
-                self._checkpoints(trainer).save(LAST)
-            self._finish(outcome.loop_ending(result, self.stop.signal_name), loop=(trainer, result, previous))
-            self._report(trainer, result)
-            sample = self.dist.is_main and self.train.sample_tokens > 0
-            if result.status == "completed" and result.steps > 0 and sample:
-                text = generate(
-                    trainer.model,
-                    corpus,
-                    self.train.sample_prompt,
-                    self.train.sample_tokens,
-                    trainer.device,
-                    seed=self.cfg["seed"],
-                )
-                write_text_atomic(self.run_dir / SAMPLE_FILE, text + "\n")
-                log.info("sample: %s", text)
+            self._end_training(trainer, result, previous, corpus)
 
     def _fit(self, trainer: Trainer) -> tuple[LoopResult, list[dict[str, Any]]]:
         """Train; returns the loop's result and the rows metrics.jsonl kept from before a resume."""
-        resume_step = trainer.step if self.ckpt is not None else None
         # logged where signals already wait for a step boundary (tests wait for this line)
         log.info("training from step %d to %d in %s", trainer.step, self.train.max_steps, self.run_dir)
-        sink: JsonlSink | None = None
-        callbacks: list[Callback] = []
-        if self.dist.is_main:  # the rows are rank 0's to write
-            mark = {names.RESUME_CHANGED: 1} if self.decision.changes else {}
-            if self.decision.missing:
-                mark[names.RESUME_GAP] = 1
-            sink = JsonlSink(
-                self.run_dir / METRICS_FILE, resume_step=0 if self.restart else resume_step, mark=mark
-            )
-            callbacks = [
-                sink,
-                *([self.wandb] if self.wandb is not None else []),
-                *self._progress(trainer),
-                self._checkpoints(trainer),
-            ]
+        callbacks, sink = self._callbacks(trainer)
         result = trainer.fit(
             callbacks,
             # every rank stops at the same step, whichever of them got the signal
             stop=(lambda: self.dist.any(self.stop())) if self.dist.enabled else self.stop,
         )
         return result, sink.kept if sink is not None else []
+
+    def _callbacks(self, trainer: Trainer) -> tuple[list[Callback], JsonlSink | None]:
+        """What the training loop reports this run's rows to — metrics.jsonl (after a resume, appended to the
+        rows it keeps), W&B, the progress lines and bar, the checkpoints — and the metrics.jsonl sink; none
+        on ranks other than 0 (the rows are rank 0's to write). A stack's members have the same
+        (normlab.train.stacked.run.MemberRun)."""
+        if not self.dist.is_main:
+            return [], None
+        resume_step = trainer.step if self.ckpt is not None else None
+        mark = {names.RESUME_CHANGED: 1} if self.decision.changes else {}
+        if self.decision.missing:
+            mark[names.RESUME_GAP] = 1
+        sink = JsonlSink(
+            self.run_dir / METRICS_FILE, resume_step=0 if self.restart else resume_step, mark=mark
+        )
+        callbacks = [
+            sink,
+            *([self.wandb] if self.wandb is not None else []),
+            *self._progress(trainer),
+            self._checkpoints(trainer),
+        ]
+        return callbacks, sink
+
+    def _end_training(
+        self, trainer: Trainer, result: LoopResult, previous: list[dict[str, Any]], corpus: TokenCorpus
+    ) -> None:
+        """The run's ending when its loop ended it (completed, diverged, interrupted at a step boundary):
+        checkpoints/last.pt, then summary.json — both before anything else can fail —, the console's lines
+        and the sample; a run alone's and each stack member's (normlab.train.stacked.run)."""
+        if self.dist.is_main:
+            self._checkpoints(trainer).save(LAST)
+        self._finish(outcome.loop_ending(result, self.stop.signal_name), loop=(trainer, result, previous))
+        self._report(trainer, result)
+        sample = self.dist.is_main and self.train.sample_tokens > 0
+        if result.status == "completed" and result.steps > 0 and sample:
+            text = generate(
+                trainer.model,
+                corpus,
+                self.train.sample_prompt,
+                self.train.sample_tokens,
+                trainer.device,
+                seed=self.cfg["seed"],
+            )
+            write_text_atomic(self.run_dir / SAMPLE_FILE, text + "\n")
+            log.info("%ssample: %s", self.log_prefix, text)
+
+    @property
+    def log_prefix(self) -> str:
+        """What the console's lines about this run start with: nothing for a run alone (one of a stack's
+        members says its name)."""
+        return ""
 
     def _checkpoints(self, trainer: Trainer) -> Checkpoints:
         return Checkpoints(

@@ -2,8 +2,8 @@
 and on instrumented steps the logits' statistics per member — what normlab.train.head_loss computes for
 one run, with the same two paths:
 
-- fused, on the CPU in float32: the single run's fused chunked head (normlab.train.fused_head), member by
-  member, each with its own z-loss coefficient — the same arithmetic as a run alone;
+- fused, on the CPU in float32: the single run's fused chunked head (normlab.train.fused_head) for every
+  member in one batched pass, each with its own z-loss coefficient — the same arithmetic as a run alone;
 - plain, elsewhere: the members' logits in one batched matrix product (members, tokens, vocabulary), the
   cross-entropy and z-loss per member from one log-sum-exp.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from normlab.train.fused_head import fused_objective
+from normlab.train.fused_head import stacked_fused_objective
 
 STATS = 3  # logits/max, logits/mean, logits/log_z (normlab.metrics.activations.LogitStats)
 
@@ -23,8 +23,10 @@ class StackedHead:
     """`z_loss` is each member's z-loss coefficient; `fused` picks the path (normlab.train.head_loss.fused_pays)."""
 
     def __init__(self, z_loss: Sequence[float], fused: bool, device: torch.device) -> None:
-        self.z_floats = [float(z) for z in z_loss]
-        self.z = torch.tensor(self.z_floats, device=device)
+        self.z64 = torch.tensor(
+            [float(z) for z in z_loss], dtype=torch.float64
+        )  # the fused head's, on the host
+        self.z = self.z64.float().to(device)
         self.fused = fused
 
     def __call__(
@@ -35,18 +37,7 @@ class StackedHead:
         `y` ((members, batch, time), or (batch, time) shared by every member)."""
         shared = y.dim() == hidden.dim() - 2
         if self.fused:
-            out = [
-                fused_objective(hidden[m], weight[m], y if shared else y[m], self.z_floats[m], stats=stats)
-                for m in range(len(self.z_floats))
-            ]
-            objective = torch.stack([o[0] for o in out])
-            ce = torch.stack([o[1] for o in out])
-            if not stats:
-                return objective, ce, None
-            table = torch.stack(
-                [torch.stack([o[2].max, o[2].mean, o[2].mean_log_z]) for o in out]  # type: ignore[union-attr]
-            )
-            return objective, ce, table.float()
+            return stacked_fused_objective(hidden, weight, y, self.z64, stats=stats)
         s = hidden.shape[0]
         flat = hidden.reshape(s, -1, hidden.shape[-1])
         logits = torch.bmm(flat, weight.to(flat.dtype).transpose(1, 2)).float()  # (members, tokens, vocab)

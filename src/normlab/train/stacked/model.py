@@ -8,8 +8,9 @@ clipping are a few operations on two matrices whatever the number of parameters,
 row m. Buffers (BatchNorm's running statistics, sinusoidal positions) are stacked the same way, one
 tensor each, updated in place under vmap.
 
-The forward is the GPT's own: `torch.func.functional_call` on a parameterless copy of member 0's module
-(`template`, on the meta device) with the stacked tensors, under `torch.vmap` over the stack. The GPT's
+The forward is the GPT's own: a parameterless copy of member 0's module (`template`, on the meta device)
+called with the stacked tensors in its parameters' places (what `torch.func.functional_call` does, its
+slots found once), under `torch.vmap` over the stack. The GPT's
 matrix products and attention are operators with their own vmap rules (normlab.model.stackable): a stack
 of linear layers is one `baddbmm`, attention folds the stack into its batch. The backward is ordinary
 autograd outside vmap, on the sum of the members' objectives: the gradient of a sum of independent losses
@@ -18,49 +19,81 @@ is, in each member's slice, that member's own gradient.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
-
-from normlab.metrics.layout import squared_norms
+from torch.func import vmap
 
 # Each parameter's gradient is a view into `grad_flat`, strided as the parameter is (a slice of the columns of
 # a row-major matrix); autograd accumulates into it in place and says the layout is unusual, once.
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 
-class _Apply(nn.Module):
-    """Calls `fn(model, *args)`: lets functional_call run any method of the GPT (features, a probed
-    forward, layer ablation), not only `forward`."""
+class _Slots:
+    """Where the template's parameters and buffers live (each module's own `_parameters` / `_buffers` entry,
+    a tied weight in every module that holds it), so that a call can hold the stack's tensors there and
+    put the template's back after: what torch.func.functional_call does, without finding the modules, the
+    ties and the names again at every call (a stacked step's host time: docs/performance.md)."""
 
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
+    def __init__(self, template: nn.Module, params: list[str], buffers: list[str]) -> None:
+        def owners(kind: str, names: list[str]) -> list[list[tuple[dict, str]]]:
+            found: dict[str, list[tuple[dict, str]]] = {name: [] for name in names}
+            for module_name, module in template.named_modules(remove_duplicate=False):
+                for attr, value in getattr(module, kind).items():
+                    full = f"{module_name}.{attr}" if module_name else attr
+                    canonical = self._canonical.get(id(value), full)
+                    if canonical in found:
+                        found[canonical].append((getattr(module, kind), attr))
+            return [found[name] for name in names]
 
-    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(self.model, *args)
+        self._canonical: dict[int, str] = {}
+        for name, p in template.named_parameters():  # a tied weight once, under its first name
+            self._canonical[id(p)] = name
+        self.params = owners("_parameters", params)
+        self.buffers = owners("_buffers", buffers)
+        self.saved = [
+            (slot, attr, slot[attr]) for owners_ in self.params + self.buffers for slot, attr in owners_
+        ]
+
+    @contextlib.contextmanager
+    def holding(self, params: list[torch.Tensor], buffers: list[torch.Tensor]) -> Iterator[None]:
+        for owners_, value in zip(self.params + self.buffers, [*params, *buffers], strict=True):
+            for slot, attr in owners_:
+                slot[attr] = value
+        try:
+            yield
+        finally:
+            for slot, attr, value in self.saved:
+                slot[attr] = value
 
 
 class StackedModel:
     """`members` (GPTs of one architecture, on `device`) stacked; member 0's module is kept as the `shell`
     a single member's state is read through (`member_state_dict`, `member_model`)."""
 
-    def __init__(self, members: Sequence[nn.Module], device: torch.device) -> None:
+    def __init__(
+        self, members: Sequence[nn.Module], device: torch.device, first: Collection[str] = ()
+    ) -> None:
         self.size = len(members)
         self.device = device
         self.shell = members[0]
         named = [(n, p) for n, p in self.shell.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in named]
         self.shapes = {n: tuple(p.shape) for n, p in named}
-        sizes = [p.numel() for _, p in named]
-        self.offsets = dict(zip(self.names, [sum(sizes[:i]) for i in range(len(sizes))], strict=True))
-        self.numels = dict(zip(self.names, sizes, strict=True))
-        self.n_params = sum(sizes)
+        self.numels = {n: p.numel() for n, p in named}
+        # the columns: the parameters named in `first` (those weight decay applies to) before the rest, so
+        # that the optimizer treats each set as one block of columns
+        self.offsets: dict[str, int] = {}
+        for name in [n for n in self.names if n in first] + [n for n in self.names if n not in first]:
+            self.offsets[name] = sum(self.numels[k] for k in self.offsets)
+        self.n_first = sum(self.numels[n] for n in self.names if n in first)
+        self._slices = {n: slice(self.offsets[n], self.offsets[n] + self.numels[n]) for n in self.names}
+        self.n_params = sum(self.numels.values())
         self.flat = torch.empty(self.size, self.n_params, device=device)
         self.grad_flat = torch.zeros_like(self.flat)
         with torch.no_grad():
@@ -79,26 +112,26 @@ class StackedModel:
             for name, _ in self.shell.named_buffers()
         }
         self.template = _meta_copy(self.shell)
-        self._apply = _Apply(self.template)
-        self._state = (
-            {f"model.{k}": v for k, v in self.params.items()},
-            {f"model.{k}": v for k, v in self.buffers.items()},
-        )
+        self._mode = self.template.training
+        self._slots = _Slots(self.template, self.names, list(self.buffers))
+        self._param_list = [self.params[n] for n in self.names]
+        self._buffer_list = list(self.buffers.values())
         self.randomness = "different" if _has_dropout(self.shell) else "error"
         self._vmapped: dict[tuple[Any, ...], Callable[..., Any]] = {}
-        self._views: dict[int, list[torch.Tensor]] = {}
 
     def _cols(self, name: str) -> slice:
-        start = self.offsets[name]
-        return slice(start, start + self.numels[name])
+        return self._slices[name]
 
     # ------------------------------------------------------------------------------------------------
     # forward
     # ------------------------------------------------------------------------------------------------
 
     def train(self, mode: bool = True) -> None:
-        """Training or evaluation mode (dropout, BatchNorm's statistics) for every member."""
-        self.template.train(mode)
+        """Training or evaluation mode (dropout, BatchNorm's statistics) for every member (set through the
+        template's modules only when it changes: every step asks for it)."""
+        if mode != self._mode:
+            self.template.train(mode)
+            self._mode = mode
 
     def map(self, fn: Callable[..., Any], *args: Any, shared: Sequence[bool] = ()) -> Any:
         """`fn(model, *args)` for every member at once: args with a leading stack dimension, except those
@@ -109,12 +142,13 @@ class StackedModel:
         mapped = self._vmapped.get(key)
         if mapped is None:
 
-            def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *a: Any) -> Any:
-                return functional_call(self._apply, (params, buffers), (fn, *a), strict=False)
+            def one(params: list[torch.Tensor], buffers: list[torch.Tensor], *a: Any) -> Any:
+                with self._slots.holding(params, buffers):
+                    return fn(self.template, *a)
 
             mapped = vmap(one, in_dims=(0, 0, *dims), randomness=self.randomness)
             self._vmapped[key] = mapped
-        return mapped(*self._state, *args)
+        return mapped(self._param_list, self._buffer_list, *args)
 
     def head_weight(self) -> torch.Tensor:
         """The LM head's weight of every member, (members, vocab, d_model) (the token embedding when tied)."""
@@ -155,13 +189,11 @@ class StackedModel:
 
     def squared_norms(self, tensor: torch.Tensor) -> torch.Tensor:
         """(members, parameter tensors): each member's squared L2 norm of each parameter's entries of a
-        (members × parameters) tensor, from one fused `torch._foreach_norm` as a run alone computes them."""
-        views = self._views.get(id(tensor)) if tensor is self.grad_flat or tensor is self.flat else None
-        if views is None:
-            views = [v for m in range(self.size) for v in self.member_tensors(tensor, m)]
-            if tensor is self.grad_flat or tensor is self.flat:  # made once: a step's host work stays small
-                self._views[id(tensor)] = views
-        return squared_norms(views).view(self.size, len(self.names))
+        (members × parameters) tensor: one norm per parameter over its block of columns, every member's row
+        at once (the numbers a run alone's `torch._foreach_norm` gives), so the calls do not grow with the
+        members."""
+        norms = [torch.linalg.vector_norm(tensor[:, cols], dim=1) for cols in self._slices.values()]
+        return torch.stack(norms, 1).float().square()
 
 
 def _meta_copy(model: nn.Module) -> nn.Module:

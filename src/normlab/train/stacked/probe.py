@@ -23,6 +23,7 @@ from normlab.metrics.embedding import effective_rank
 from normlab.metrics.histograms import DeviceHistogram, layer_grad_histograms, to_host
 from normlab.metrics.instruments import InstrumentConfig
 from normlab.metrics.layout import ParamLayout
+from normlab.metrics.model_update import ModelUpdateProbe
 from normlab.metrics.updates import param_norm_keys, update_ratio_keys
 from normlab.model.blocks import ForwardTaps
 from normlab.train.stacked.model import StackedModel
@@ -76,46 +77,35 @@ class StackedInstruments:
     ) -> None:
         self.model, self.layout, self.cfg, self.probe = model, layout, cfg, probe
         self.histograms = histograms
-        self.reference: torch.Tensor | None = None  # each member's F(x, θ_0) on the probe batch
+        # DeepNet's ‖F(x, θ_t) − F(x, θ_0)‖, every member against its own θ_0 (the probe a run alone uses)
+        self.model_update = ModelUpdateProbe(self._outputs, probe) if probe is not None else None
         self.activation_keys = activation_keys(layout.n_layers)
 
     def begin(self, step: int) -> StackedProbe | None:
         return StackedProbe(self, step) if self.cfg.instrumented(step) else None
 
     @torch.no_grad()
-    def model_update(self) -> torch.Tensor:
-        """‖F(x, θ_t) − F(x, θ_0)‖ per member (members,), the first call fixing θ_0 (normlab.metrics.model_update)."""
+    def _outputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Every member's logits on the probe batch `x`, in evaluation mode (the model update's F)."""
         was_training = self.model.template.training
         self.model.train(False)
         try:
-            out = self.model.map(_logits, self.probe, shared=(True,))
+            return self.model.map(_logits, x, shared=(True,))
         finally:
             self.model.train(was_training)
-        if self.reference is None:
-            self.reference = out
-        return (out - self.reference).norm(dim=-1).mean((1, 2))
 
     def member_state_dict(self, m: int) -> dict[str, Any]:
         """Member m's `Instruments.state_dict()`, as its run alone saves it."""
-        if self.probe is None:
-            return {"model_update": None}
-        reference = None if self.reference is None else self.reference[m].clone()
-        return {"model_update": {"probe": self.probe, "reference": reference}}
+        return {"model_update": self.model_update.member_state_dict(m) if self.model_update else None}
 
     def load_member_states(self, states: list[dict[str, Any] | None]) -> None:
         """Each member's saved `Instruments` state (None: a checkpoint from before instrumentation)."""
-        if self.probe is None:
-            return
-        found = [((s or {}).get("model_update") or {}).get("reference") for s in states]
-        if all(r is not None for r in found):
-            self.reference = torch.stack([r.to(self.model.device) for r in found])
-        saved = ((states[0] or {}).get("model_update") or {}).get("probe")
-        if saved is not None:
-            self.probe = saved.to(self.model.device)
+        if self.model_update is not None:
+            self.model_update.load_member_states([(s or {}).get("model_update") for s in states])
 
 
 class StackedProbe:
-    """One instrumented step of the stack; `member(m).row()` is member m's part of the row."""
+    """One instrumented step of the stack; `row(m)` is member m's part of the row."""
 
     def __init__(self, instruments: StackedInstruments, step: int) -> None:
         self.instruments = instruments
@@ -125,8 +115,8 @@ class StackedProbe:
         self.parts: list[torch.Tensor] = []
         self.histograms: list[dict[str, DeviceHistogram]] = [{} for _ in range(model.size)]
         self._host: list[list[float]] | None = None
-        if instruments.probe is not None:
-            self._add([names.MODEL_UPDATE], instruments.model_update().view(-1, 1))
+        if instruments.model_update is not None:
+            self._add([names.MODEL_UPDATE], instruments.model_update.measure().view(-1, 1))
         if instruments.cfg.rank(step):  # the embedding this step starts from, like param_norm
             with torch.no_grad():
                 rank = torch.vmap(effective_rank)(model.token_embedding().detach())
@@ -172,25 +162,9 @@ class StackedProbe:
             self._add(update_ratio_keys(inst.layout.n_layers), num / self._param_norms().clamp_min(1e-12))
         self._before = None  # type: ignore[assignment]
 
-    def member(self, m: int) -> MemberProbe:
-        return MemberProbe(self, m)
-
-    def host_rows(self) -> list[list[float]]:
-        """Every member's values, moved to the host once for all of them."""
+    def row(self, m: int = 0) -> dict[str, Any]:
+        """Member m's part of the row: its values (every member's moved to the host once) and histograms."""
         if self._host is None:
             self._host = torch.cat(self.parts, 1).tolist()
-        return self._host
-
-
-class MemberProbe:
-    """Member m's view of a `StackedProbe`, what `PendingRows` asks of a single run's probe (`row()`)."""
-
-    def __init__(self, probe: StackedProbe, m: int) -> None:
-        self.probe, self.m = probe, m
-
-    def __bool__(self) -> bool:
-        return True
-
-    def row(self) -> dict[str, Any]:
-        values = self.probe.host_rows()[self.m]
-        return {**dict(zip(self.probe.keys, values, strict=True)), **to_host(self.probe.histograms[self.m])}
+        values = self._host[m]
+        return {**dict(zip(self.keys, values, strict=True)), **to_host(self.histograms[m])}

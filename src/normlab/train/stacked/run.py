@@ -33,17 +33,12 @@ from normlab.config.groups import TrainConfig
 from normlab.data import TokenCorpus
 from normlab.data.unigram import baseline_unigram_loss
 from normlab.errors import UserError
-from normlab.io import write_text_atomic
-from normlab.metrics import names
 from normlab.metrics.sinks import JsonlSink
 from normlab.metrics.wandb_sink import WandbSink
-from normlab.train import checkpoint, memory, outcome
+from normlab.train import checkpoint, memory
 from normlab.train.build import device_label, log_model, pick_device, run_corpus
 from normlab.train.callbacks import Callback, LoopResult
-from normlab.train.checkpoint import LAST
 from normlab.train.run import Run
-from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE
-from normlab.train.sample import generate
 from normlab.train.signals import Interrupted, StopRequest
 from normlab.train.stacked.trainer import MemberView, StackedTrainer
 
@@ -107,47 +102,25 @@ class MemberRun(Run):
             )
 
     def callbacks(self, view: MemberView) -> list[Callback]:
-        """What its run alone hands Trainer.fit (Run._fit): metrics.jsonl, W&B, progress, checkpoints."""
-        resume_step = view.step if self.ckpt is not None else None
-        mark = {names.RESUME_CHANGED: 1} if self.decision.changes else {}
-        if self.decision.missing:
-            mark[names.RESUME_GAP] = 1
-        self.sink = JsonlSink(
-            self.run_dir / METRICS_FILE, resume_step=0 if self.restart else resume_step, mark=mark
-        )
-        self.kept_rows = self.sink.kept
-        return [
-            self.sink,
-            *([self.wandb] if self.wandb is not None else []),
-            *self._progress(view),  # type: ignore[arg-type] (a MemberView reads as a Trainer here)
-            self._checkpoints(view),  # type: ignore[arg-type]
-        ]
+        """What its run alone hands the loop (Run._callbacks): metrics.jsonl, W&B, progress, checkpoints."""
+        callbacks, self.sink = self._callbacks(view)  # type: ignore[arg-type] (a MemberView reads as a Trainer)
+        self.kept_rows = self.sink.kept if self.sink is not None else []
+        return callbacks
 
-    def end_training(
-        self, result: LoopResult, error: BaseException | None, signal_name: str | None, corpus: TokenCorpus
-    ) -> None:
-        """Its run's ending, as Run._train writes it: last.pt, summary.json, the console's lines, the sample;
-        `error` (its callbacks failed) ends it as that exception ends a run."""
+    @property
+    def log_prefix(self) -> str:
+        return f"{self.cfg['name']} "
+
+    def end_training(self, result: LoopResult, error: BaseException | None, corpus: TokenCorpus) -> None:
+        """Its run's ending, as a run alone's (Run._end_training): last.pt, summary.json, the console's lines,
+        the sample; `error` (its callbacks failed) ends it as that exception ends a run."""
         view = self.view
         assert view is not None
         try:
             if error is not None:
                 self.handle(error)
                 return
-            self._checkpoints(view).save(LAST)
-            self._finish(outcome.loop_ending(result, signal_name), loop=(view, result, self.kept_rows))
-            self._report(view, result)
-            if result.status == "completed" and result.steps > 0 and self.train.sample_tokens > 0:
-                text = generate(
-                    view.model,
-                    corpus,
-                    self.train.sample_prompt,
-                    self.train.sample_tokens,
-                    view.device,
-                    seed=self.cfg["seed"],
-                )
-                write_text_atomic(self.run_dir / SAMPLE_FILE, text + "\n")
-                log.info("%s sample: %s", self.cfg["name"], text)
+            self._end_training(view, result, self.kept_rows, corpus)  # type: ignore[arg-type]
         except Exception as e:  # writing its files failed (a full disk): its ending, not the stack's
             self.handle(e)
         finally:
@@ -278,6 +251,6 @@ class StackedRun:
         callbacks = [member.callbacks(member.view) for member in group]  # type: ignore[arg-type]
 
         def ended(m: int, result: LoopResult, error: BaseException | None) -> None:
-            group[m].end_training(result, error, self.stop.signal_name, corpus)
+            group[m].end_training(result, error, corpus)
 
         trainer.fit(callbacks, ended, stop=self.stop)

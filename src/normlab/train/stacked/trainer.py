@@ -1,16 +1,17 @@
-"""`StackedTrainer`: the training loop of normlab.train.loop.Trainer for a stack of runs.
+"""`StackedTrainer`: what normlab.train.loop.Trainer is to a run alone — the step, the evaluation and the
+state — for a stack of runs; the one training loop (normlab.train.fit) drives either.
 
-Per member, everything a run alone has per run: its data-RNG stream (its batches are drawn exactly as its
-run alone draws them, then stacked: (members, batch, time)), its learning rate and schedule, warm-up,
+Per member, everything a run alone has per run: its data-RNG stream (its batches are the windows its run
+alone draws, in the same order: normlab.train.stacked.batches), its learning rate and schedule, warm-up,
 weight decay, betas, eps and z-loss, its global / per-block / per-sublayer gradient norms and its own
 clipping, its monitor (spikes, divergence, reports in its own directory), its instrumented-step
 measurements, its rows through the single run's `PendingRows` to its own callbacks, its evaluations and
 checkpoints in the single run's format (`MemberView.state_dict`).
 
 What the members share: the shapes, the model's architecture, the loop's cadence (steps, evaluation,
-instrumented steps, flushes, checkpoints) and one forward / backward. The loop, and each member's ending
-there, is `StackedLoop` (normlab.train.stacked.loop). Nothing syncs with the host between flushes: the learning rates and AdamW's hyperparameters are host
-numbers handed to torch's fused AdamW kernel, the norms and clipping coefficients stay device tensors.
+instrumented steps, flushes, checkpoints) and one forward / backward. A step runs no Python per member
+(what is per member is a column on the device: learning rates, AdamW's coefficients, clipping limits,
+z-loss) and nothing syncs with the host between flushes.
 """
 
 from __future__ import annotations
@@ -35,18 +36,20 @@ from normlab.metrics.ablation import layer_ablation_keys, losses_with_each_block
 from normlab.metrics.divergence import DivergenceConfig
 from normlab.metrics.instruments import InstrumentConfig, wants_model_update
 from normlab.metrics.layout import ParamLayout
-from normlab.metrics.monitor import Monitor
+from normlab.metrics.monitor import BatchStarts, Monitor
 from normlab.metrics.spikes import SpikeConfig
 from normlab.train import flops
 from normlab.train.batches import RankBatches
-from normlab.train.compile import compile_module
+from normlab.train.callbacks import Callback, LoopResult
+from normlab.train.compile import compile_module, graphs, static
+from normlab.train.fit import MemberEnd, fit
 from normlab.train.head_loss import fused_pays
 from normlab.train.loop import DTYPES, PROBE_SEED
 from normlab.train.schedule import lr_at
+from normlab.train.stacked.batches import StackedBatches
 from normlab.train.stacked.head import StackedHead
-from normlab.train.stacked.loop import StackedLoop
 from normlab.train.stacked.model import StackedModel
-from normlab.train.stacked.optim import StackedAdamW
+from normlab.train.stacked.optim import BLOCK, StackedAdamW
 from normlab.train.stacked.probe import (
     StackedInstruments,
     StackedProbe,
@@ -78,12 +81,12 @@ def grad_norm_keys(n_layers: int, per_layer: bool) -> list[str]:
     return keys
 
 
-class StackedTrainer(StackedLoop):
+class StackedTrainer:
     """Trains `models` (one GPT per member, each built and loaded as its run alone builds it) with their
     resolved run configs `cfgs`. The loop's knobs (train.*, metrics.*) are the first member's: the stacked
     launcher groups only runs that agree on them (normlab.sweeps.stacked). `reports_dirs[m]` is where
     member m's monitor writes spike and divergence reports; `histograms[m]` whether it computes gradient
-    histograms (W&B)."""
+    histograms (W&B); `fused_head` the head's path (None: the device's, as for a run alone)."""
 
     def __init__(
         self,
@@ -95,6 +98,7 @@ class StackedTrainer(StackedLoop):
         *,
         reports_dirs: Sequence[Path | None] | None = None,
         histograms: Sequence[bool] | None = None,
+        fused_head: bool | None = None,
     ) -> None:
         size = len(models)
         self.size, self.device = size, device
@@ -110,11 +114,23 @@ class StackedTrainer(StackedLoop):
         self.amp_dtype = DTYPES[self.train.precision]
         shell = models[0]
         self.n_layers = shell.n_layers
-        self.model = StackedModel(models, device)
-        self.optimizer = StackedAdamW(self.model, self.optims)
+        self.model = StackedModel(models, device, first=StackedAdamW.decayed_names(shell, self.optims))
+        self.optimizer = StackedAdamW(
+            self.model, self.optims, self.lr, list(zip(self.warmups, self.schedules, strict=True))
+        )
         self.batches = RankBatches(self.train.batch_size, self.train.seq_len, SINGLE, device)
-        self.head = StackedHead([o.z_loss for o in self.optims], fused_pays(device, self.amp_dtype), device)
+        fused = fused_pays(device, self.amp_dtype) if fused_head is None else fused_head
+        self.head = StackedHead([o.z_loss for o in self.optims], fused, device)
         self.data_rngs = [torch.Generator().manual_seed(int(c["seed"])) for c in cfgs]
+        # every member's windows a block of steps ahead; kept while a pending row may ask where they came from
+        self.windows = StackedBatches(
+            train_tokens,
+            self.data_rngs,
+            self.batches,
+            self.train.grad_accum,
+            block=BLOCK,
+            keep_steps=2 * max(1, self.train.flush_every),
+        )
         self.step = 0
         self.tokens_per_step = self.train.batch_size * self.train.seq_len * self.train.grad_accum
         self.flops_per_token = flops.flops_per_token(
@@ -145,15 +161,41 @@ class StackedTrainer(StackedLoop):
             for m, c in enumerate(cfgs)
         ]
         self.max_norm = torch.tensor([float(t.grad_clip) for t in self.trains], device=device).view(-1, 1)
+        self.clipping = self.max_norm > 0
         self.alive = [True] * size  # members still training; the others no longer update
+        self.row_keys = [names.LOSS, names.CLIPPED, *self.grad_keys]
         # as HeadLoss for one run: on the plain path the whole step (forward, head, objective, the probe's
-        # measurements) is one compiled function; on the CPU's fused path the trunk is compiled alone
-        compiled = self.train.compile
+        # measurements) is one compiled function, and its backward; on the CPU's fused path the trunk is
+        # compiled alone. What follows the backward — the gradient norms, clipping, the optimizer — is compiled
+        # too, so that a step is a few compiled graphs (train.compile_mode=reduce-overhead: CUDA graphs).
+        compiled, mode = self.train.compile, self.train.compile_mode
+
+        def maybe(fn: Callable[..., Any]) -> Callable[..., Any]:
+            return compile_module(fn, device, mode) if compiled else fn
+
+        if compiled and graphs(mode, device):  # buffers updated in place, replayed at one address
+            static(self.model.flat, self.model.grad_flat, self.optimizer.exp_avg, self.optimizer.exp_avg_sq)
         if self.head.fused:
-            self._trunk = compile_module(self._trunk_step, device) if compiled else self._trunk_step
+            self._trunk = maybe(self._trunk_step)
             self._step: Callable[..., tuple[torch.Tensor, ...]] = self._fused_step
         else:
-            self._step = compile_module(self._plain_step, device) if compiled else self._plain_step
+            self._step = maybe(self._plain_step)
+        self._norms = maybe(self._grad_norms)
+        self._clip = maybe(self._clip_grads)
+        self.optimizer.compile(maybe)
+
+    def fit(
+        self,
+        callbacks: Sequence[Sequence[Callback]],
+        on_member_end: MemberEnd,
+        stop: Callable[[], bool] | None = None,
+    ) -> list[LoopResult]:
+        """Train every member from self.step to train.max_steps: the loop of normlab.train.fit, the one a run
+        alone follows; `callbacks[m]` get member m's rows as a run alone's callbacks get its rows. When member
+        m's run ends — diverged, failed in its callbacks, or at the end of the loop (completed, or interrupted
+        when `stop()` asks for it at a step boundary) — its callbacks' `on_end` run and then
+        `on_member_end(m, result, error)`; the others go on."""
+        return fit(self, callbacks, on_member_end=on_member_end, stop=stop)
 
     def _instruments(self, cfg: InstrumentConfig, histograms: list[bool]) -> StackedInstruments:
         probe = None
@@ -200,17 +242,6 @@ class StackedTrainer(StackedLoop):
             schedule=self.schedules[m],
         )
 
-    def stacked_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each member's next training batch from its own data RNG, stacked (members, batch, time)."""
-        b, t = self.train.batch_size, self.train.seq_len
-        pairs = [sample_windows(self.train_tokens, b, t, rng) for rng in self.data_rngs]
-        x = torch.stack([p[0] for p in pairs])
-        y = torch.stack([p[1] for p in pairs])
-        return self.batches.to_device(x), self.batches.to_device(y)
-
-    def window_starts(self, data_state: torch.Tensor) -> list[list[int]]:
-        return self.batches.window_starts(len(self.train_tokens), data_state, self.train.grad_accum)
-
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.amp_dtype is None:
             return contextlib.nullcontext()
@@ -222,15 +253,16 @@ class StackedTrainer(StackedLoop):
 
     def train_step(self, update: bool, probe: StackedProbe | None = None) -> torch.Tensor:
         """Forward / backward of every member over grad_accum micro-batches, each member's norms and clipping,
-        and (if `update`) each active member's AdamW step. Returns, without a host sync, (members, keys):
-        [loss, clipped, *grad norms in `grad_keys` order] — Trainer.train_step's row, per member."""
+        and (if `update`) every member's AdamW step — the members that ended stay as they were. Returns,
+        without a host sync, (members, keys): [loss, clipped, *grad norms in `grad_keys` order] —
+        Trainer.train_step's row, per member. No Python runs per member."""
         model = self.model
         model.train(True)
         accum = self.train.grad_accum
         model.grad_flat.zero_()
         loss_sum = torch.zeros(self.size, device=self.device)
         for i in range(accum):
-            x, y = self.stacked_batch()
+            x, y = self.windows.draw()
             measured = probe is not None and i == 0
             with self.autocast():
                 out = self._step(x, y, measured)
@@ -242,19 +274,23 @@ class StackedTrainer(StackedLoop):
         with torch.no_grad():
             for name, rows in self.cancelled:
                 model.params[name].grad[:, rows].zero_()
-            norms = self._grad_norms()
+            norms = self._norms()
             if probe is not None:
                 probe.after_backward({n: p.grad for n, p in model.params.items()})
-            total = norms[:, :1]
-            clipping = self.max_norm > 0
-            coef = torch.where(clipping, (self.max_norm / (total + 1e-6)).clamp(max=1.0), 1.0)
-            model.grad_flat.mul_(coef)
-            clipped = (clipping & (total > self.max_norm)).float()
+            clipped = self._clip(norms)
             if update:
-                self.optimizer.step([self.lr(m, self.step) for m in range(self.size)], self.alive)
+                self.optimizer.step(self.step)
         if probe is not None:
             probe.after_update(update)
         return torch.cat([(loss_sum / accum).view(-1, 1), clipped, norms], 1)
+
+    def _clip_grads(self, norms: torch.Tensor) -> torch.Tensor:
+        """Scale each member's gradient to its train.grad_clip (0: none) from its global norm (norms[:, 0]);
+        (members, 1): 1.0 where clipping fired."""
+        total = norms[:, :1]
+        coef = torch.where(self.clipping, (self.max_norm / (total + 1e-6)).clamp(max=1.0), 1.0)
+        self.model.grad_flat.mul_(coef)
+        return (self.clipping & (total > self.max_norm)).float()
 
     def _grad_norms(self) -> torch.Tensor:
         """(members, grad_keys): each member's global, per-block and per-part gradient norms."""
@@ -290,10 +326,20 @@ class StackedTrainer(StackedLoop):
         keys = layer_ablation_keys(len(means[0]) - 1)
         return [{names.VAL_LOSS: row[0], **dict(zip(keys, row[1:], strict=True))} for row in means]
 
-    def evaluates_at(self, step: int) -> bool:
-        if step == 0:
-            return bool(self.train.eval_at_start)
-        return self.train.eval_every > 0 and step % self.train.eval_every == 0
+    # ------------------------------------------------------------------------------------------------
+    # what the loop asks of the members at a flush and at an ending (normlab.train.fit.Members)
+    # ------------------------------------------------------------------------------------------------
+
+    def row_lr(self, m: int, step: int) -> float:
+        return self.lr(m, step) if step < self.train.max_steps else 0.0
+
+    def batch_starts(self, m: int, step: int) -> BatchStarts | None:
+        return self.windows.starts(m, step)
+
+    def stop_member(self, m: int) -> None:
+        """Member m's run ended: it no longer updates (its parameters stay as its checkpoint saved them)."""
+        self.alive[m] = False
+        self.optimizer.freeze(m)
 
     # ------------------------------------------------------------------------------------------------
     # a member's state, in a single run's checkpoint format
@@ -303,10 +349,10 @@ class StackedTrainer(StackedLoop):
         """Member m's `Trainer.state_dict()`: what its run alone would save at this step."""
         return {
             "model": self.model.member_state_dict(m),
-            "optimizer": self.optimizer.member_state_dict(m, self.lr(m, max(self.step - 1, 0))),
+            "optimizer": self.optimizer.member_state_dict(m, self.lr(m, max(self.step - 1, 0)), self.step),
             "scaler": torch.amp.GradScaler(self.device.type, enabled=False).state_dict(),
             "step": self.step,
-            "data_rng": self.data_rngs[m].get_state(),
+            "data_rng": self.windows.rng_state(m),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "monitor": self.monitors[m].state_dict(),
@@ -323,13 +369,14 @@ class StackedTrainer(StackedLoop):
             return
         if any(s is None for s in states):
             raise ValueError("the members of a stack must all resume or all start afresh")
+        self.step = steps.pop()
         for m, state in enumerate(states):
             assert state is not None
-            self.optimizer.load_member_state_dict(m, state["optimizer"])
+            self.optimizer.load_member_state_dict(m, state["optimizer"], self.step)
             self.data_rngs[m].set_state(state["data_rng"])
             if state.get("monitor") is not None:
                 self.monitors[m].load_state_dict(state["monitor"])
-        self.step = steps.pop()
+        self.windows.reset(self.step)
         first = states[0]
         assert first is not None
         torch.set_rng_state(first["torch_rng"])
