@@ -3,14 +3,15 @@
 # at most 10 minutes, install and compilation included:
 #   1. the wheels in .whl/ (scripts/gpu_wheels.sh makes them), installed into a temporary folder: the device
 #      has no package index and no hydra-core;
-#   2. a smoke test of the whole path at a tiny shape — 2 runs (Pre-LN and LayerNorm Scaling, one seed),
-#      probe, plan, training, verdicts, report — on the same device (about a minute: two compilations);
-#      if it fails, the pilot does not start;
+#   2. a smoke test of the whole path at a tiny shape — one seed of each placement the pilot trains (Pre-LN,
+#      LayerNorm Scaling, Mix-LN: 3 runs, so each compiles once before the pilot depends on it), probe, plan,
+#      training, verdicts, report — on the same device (about a minute); if it fails, the pilot does not start;
 #   3. the pilot, `scripts/reproduce.py --scale pilot --budget B`, B = BUDGET or what TOTAL leaves after the
 #      smoke (the pilot measures its step times, fits one train.max_steps into B and trains);
 #   4. the report from whatever is on disk (also after a cut), and the verdict table printed last;
-#   5. OUT: REPORT.md, plan.json, the logs and pilot.tar.gz (every run without its checkpoints, the probe, the
-#      figures; split into 15 MB parts when larger) — the few files a device call brings back.
+#   5. OUT: REPORT.md, plan.json, env.txt, smoke.log, gpu_pilot.log (everything printed) and pilot.tar.gz
+#      (every run without its checkpoints, the probe, the figures; 15 MB parts when larger) — at most 8 files,
+#      what a device call brings back.
 #
 #     OUT=DIR [BUDGET=480] [TOTAL=585] bash scripts/gpu_pilot.sh
 #
@@ -51,9 +52,9 @@ if ! python3 -c "import normlab.study.pilot.run" 2>>"$OUT/env.txt"; then
     say "normlab does not import here (a missing package? see $OUT/env.txt); nothing ran"; exit 1
 fi
 
-say "1. smoke: the whole path at a tiny shape, 2 runs on $DEVICE"
+say "1. smoke: the whole path at a tiny shape, one seed of each placement, on $DEVICE"
 if ! timeout -k 10 "${T_SMOKE:-150}" python3 scripts/reproduce.py --scale pilot --micro --device "$DEVICE" --seeds 1 \
-        --budget "${SMOKE_BUDGET:-120}" --max-steps 150 lnscale_depth --out "$WORK/smoke" >"$OUT/smoke.log" 2>&1; then
+        --budget "${SMOKE_BUDGET:-120}" --max-steps 150 ${SMOKE_NAMES:-12 13} --out "$WORK/smoke" >"$OUT/smoke.log" 2>&1; then
     tail -30 "$OUT/smoke.log"; say "the smoke failed: the pilot does not start (log: $OUT/smoke.log)"; exit 1
 fi
 grep -A4 "^Pilot verdicts" "$OUT/smoke.log"
@@ -69,8 +70,8 @@ RC=$?
 say "the pilot ended with status $RC"
 
 say "3. the report from what is on disk"
-timeout -k 5 "${T_REPORT:-40}" python3 scripts/reproduce.py --from-existing --out "$WORK/run" >"$OUT/report.log" 2>&1 \
-    || say "the report could not be rebuilt (log: $OUT/report.log)"
+timeout -k 5 "${T_REPORT:-40}" python3 scripts/reproduce.py --from-existing --out "$WORK/run" >"$WORK/report.log" 2>&1 \
+    || { tail -20 "$WORK/report.log"; say "the report could not be rebuilt"; }
 cp "$WORK/run/REPORT.md" "$WORK/run/pilot/plan.json" "$OUT/" 2>/dev/null
 
 say "4. packing the runs (no checkpoints) into $OUT"
@@ -82,5 +83,5 @@ else
 fi
 ls -la "$OUT"
 say "done (pilot status $RC)"
-grep -A8 "^Pilot verdicts" "$OUT/report.log" || echo "no verdicts: see $OUT/gpu_pilot.log"
+grep -A8 "^Pilot verdicts" "$WORK/report.log" || echo "no verdicts: see $OUT/gpu_pilot.log"
 exit $RC

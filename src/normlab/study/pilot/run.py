@@ -277,21 +277,27 @@ def measure(
     print("Building the corpus's token cache ...", flush=True)
     data_s = prepare_data(plan)
     print(f"  {fmt_duration(data_s)}", flush=True)
+    when = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    if args.steps:  # the steps are given: nothing to measure them for
+        spent = {"data": data_s, "planning": time.perf_counter() - t0 - data_s}
+        planned = replace(plan, spent=spent, spent_s=sum(spent.values()))
+        print("\n".join(plan_lines(planned, "Plan")), flush=True)
+        save_plan(planned, folder, planned_at=when, command=command)
+        return planned
     print(f"Probe: every sweep for {probe_schedule(args).steps} steps, packed as planned ...", flush=True)
     t_probe = time.perf_counter()
     costs = run_probe(plan, folder, args, forward)
     probe_s = time.perf_counter() - t_probe
     spent = {"data": data_s, "probe": probe_s, "planning": time.perf_counter() - t0 - data_s - probe_s}
-    fig = figures_for(plan.device)
     planned = replace(
         plan,
         sweeps=tuple(replace(s, cost=costs[s.key]) for s in plan.sweeps),
         spent=spent,
         spent_s=sum(spent.values()),
-        cost_source=f"measured by the probe on this device ({fig.device if plan.device != 'cpu' else 'cpu'} "
-        "figures no longer used)",
+        cost_source=f"measured on this device by a {probe_schedule(args).steps}-step probe of every sweep, "
+        f"packed as planned (normlab.study.pilot.probe)",
     )
-    steps = args.steps or fit_steps(
+    steps = fit_steps(
         list(costs.values()), available_s(plan.budget_s, planned.spent_s, planned.report_s), args.max_steps
     )
     planned = replace(planned, steps=steps)
@@ -304,7 +310,6 @@ def measure(
             file=sys.stderr,
         )
         return None
-    when = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     save_plan(planned, folder, planned_at=when, command=command)
     return planned
 
