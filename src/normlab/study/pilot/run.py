@@ -259,7 +259,7 @@ def run(args: argparse.Namespace, out: Path, command: str) -> int:
             return 2
     t_report = time.perf_counter()
     path, _ = build_report(out, args.report_dir or out, None, None, pilot=folder)
-    record = load_plan(folder)[1] if load_plan(folder) else {}
+    record = _record(folder)
     actual = {**record.get("actual", {}), "report_s": round(time.perf_counter() - t_report, 1)}
     actual["total_s"] = round(time.perf_counter() - t0, 1)
     save_plan(plan, folder, **{**record, "actual": actual})
@@ -277,6 +277,8 @@ def measure(
     print("Building the corpus's token cache ...", flush=True)
     data_s = prepare_data(plan)
     print(f"  {fmt_duration(data_s)}", flush=True)
+    if forward.signum is not None:  # came while the corpus was being built: nothing further starts
+        raise Stopped(forward.signum, "data")
     when = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     if args.steps:  # the steps are given: nothing to measure them for
         spent = {"data": data_s, "planning": time.perf_counter() - t0 - data_s}
@@ -314,6 +316,12 @@ def measure(
     return planned
 
 
+def _record(folder: Path) -> dict:
+    """What plan.json holds besides the plan (the command, the measured times)."""
+    found = load_plan(folder)
+    return found[1] if found else {}
+
+
 def train(plan: Plan, folder: Path, forward: sw.ForwardAll) -> None:
     """The sweeps at once, into folder/sweeps; their times added to plan.json."""
     launch = sw.launcher_overrides(plan.sweeps, plan.packing, figures_for(plan.device).cores)
@@ -327,7 +335,7 @@ def train(plan: Plan, folder: Path, forward: sw.ForwardAll) -> None:
     t = time.perf_counter()
     ended = sw.launch_all(commands, folder / "sweeps", forward)
     training_s = time.perf_counter() - t
-    record = load_plan(folder)[1] if load_plan(folder) else {}
+    record = _record(folder)
     actual = {
         **{k: round(v, 1) for k, v in plan.spent.items()},
         "training_s": round(training_s, 1),
