@@ -149,7 +149,7 @@ def model_of(preset: str, placement: str, overrides: Sequence[str]) -> Model:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from normlab.train import flops
+    from normlab.train.flops import flops_per_token, matmul_params
 
     cfg = _compose(preset, [*overrides, f"placement={placement}"])
     model = instantiate(cfg.model)
@@ -161,9 +161,7 @@ def model_of(preset: str, placement: str, overrides: Sequence[str]) -> Model:
         depth=depth,
         d_model=int(cfg.model.d_model),
         tokens_per_step=tokens,
-        flops_per_token=flops.flops_per_token(
-            flops.matmul_params(model), depth, int(train.seq_len), model.d_model
-        ),
+        flops_per_token=flops_per_token(matmul_params(model), depth, int(train.seq_len), model.d_model),
         eval_forwards=int(train.eval_batches) * (1 + (depth if ablation else 0)),
         compiled=bool(train.compile),
     )
