@@ -3,7 +3,7 @@
 # at most 10 minutes, install and compilation included:
 #   1. the wheels in .whl/ (scripts/gpu_wheels.sh makes them), installed into a temporary folder: the device
 #      has no package index and no hydra-core;
-#   2. a smoke test of the whole path at a tiny shape — one seed of each placement the pilot trains (Pre-LN,
+#   2. the pilot's corpus built in the background, and a smoke test of the whole path at a tiny shape — one seed of each placement the pilot trains (Pre-LN,
 #      LayerNorm Scaling, Mix-LN: 3 runs, so each compiles once before the pilot depends on it), probe, plan,
 #      training, verdicts, report — on the same device (about a minute); if it fails, the pilot does not start;
 #   3. the pilot, `scripts/reproduce.py --scale pilot --budget B`, B = BUDGET or what TOTAL leaves after the
@@ -52,25 +52,29 @@ if ! python3 -c "import normlab.study.pilot.run" 2>>"$OUT/env.txt"; then
     say "normlab does not import here (a missing package? see $OUT/env.txt); nothing ran"; exit 1
 fi
 
+MICRO_FLAG=${MICRO:+--micro}
+# the pilot's corpus, built on the CPU cores while the smoke uses the device (the pilot then finds it ready)
+python3 scripts/reproduce.py --scale pilot $MICRO_FLAG --device "$DEVICE" ${PILOT_ARGS:-} --data-only >"$WORK/data.log" 2>&1 &
+
 say "1. smoke: the whole path at a tiny shape, one seed of each placement, on $DEVICE"
-if ! timeout -k 10 "${T_SMOKE:-150}" python3 scripts/reproduce.py --scale pilot --micro --device "$DEVICE" --seeds 1 \
-        --budget "${SMOKE_BUDGET:-120}" --max-steps 150 ${SMOKE_NAMES:-12 13} --out "$WORK/smoke" >"$OUT/smoke.log" 2>&1; then
+if ! timeout -k 10 "${T_SMOKE:-200}" python3 scripts/reproduce.py --scale pilot --micro --device "$DEVICE" --seeds 1 \
+        --budget "${SMOKE_BUDGET:-150}" --max-steps 150 ${SMOKE_NAMES:-12 13} --out "$WORK/smoke" >"$OUT/smoke.log" 2>&1; then
     tail -30 "$OUT/smoke.log"; say "the smoke failed: the pilot does not start (log: $OUT/smoke.log)"; exit 1
 fi
 grep -A4 "^Pilot verdicts" "$OUT/smoke.log"
 
-# the pilot's budget: BUDGET, or what TOTAL leaves after the smoke, the report and the packing (60 s)
-LEFT=$((TOTAL - $(elapsed) - 60))
+# the pilot's budget: BUDGET, or what TOTAL leaves after the smoke, a hard stop's grace, the report and the
+# packing (75 s); the pilot fits its runs into it with a margin of its own, the hard stop is for the unforeseen
+LEFT=$((TOTAL - $(elapsed) - 75))
 B=$((BUDGET < LEFT ? BUDGET : LEFT))
-MICRO_FLAG=${MICRO:+--micro}
 say "2. the pilot within $B s (scripts/reproduce.py --scale pilot)"
-timeout -k 15 $((B + 20)) python3 scripts/reproduce.py --scale pilot $MICRO_FLAG --device "$DEVICE" --budget "$B" \
+timeout -k 10 $((B + 10)) python3 scripts/reproduce.py --scale pilot $MICRO_FLAG --device "$DEVICE" --budget "$B" \
     ${PILOT_ARGS:-} --out "$WORK/run"
 RC=$?
 say "the pilot ended with status $RC"
 
 say "3. the report from what is on disk"
-timeout -k 5 "${T_REPORT:-40}" python3 scripts/reproduce.py --from-existing --out "$WORK/run" >"$WORK/report.log" 2>&1 \
+timeout -k 5 "${T_REPORT:-30}" python3 scripts/reproduce.py --from-existing --out "$WORK/run" >"$WORK/report.log" 2>&1 \
     || { tail -20 "$WORK/report.log"; say "the report could not be rebuilt"; }
 cp "$WORK/run/REPORT.md" "$WORK/run/pilot/plan.json" "$OUT/" 2>/dev/null
 

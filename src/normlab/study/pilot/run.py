@@ -74,6 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--micro", action="store_true", help="a tiny shape: the smoke test of the whole path")
     g.add_argument("--data-path", help="a local TinyStories copy instead of the embedded corpus")
+    g.add_argument(
+        "--data-only",
+        action="store_true",
+        help="build the token cache the pilot's runs read, then exit (scripts/gpu_pilot.sh: during the smoke)",
+    )
     g.add_argument("--pilot", type=Path, help="--from-existing: the pilot's OUT (default OUT/pilot)")
 
 
@@ -175,12 +180,17 @@ def probe_schedule(args: argparse.Namespace) -> Schedule:
 
 def prepare_data(plan: Plan) -> float:
     """Build each corpus's token cache once, before any run (the runs then open it)."""
+    return build_corpora(plan.sweeps, plan.overrides)
+
+
+def build_corpora(sweeps: Sequence[sw.SweepPlan], overrides: Sequence[str]) -> float:
+    """The token caches of these sweeps' corpora (another process building one: waited for); seconds."""
     from normlab.data.corpus import load_corpus
 
     t0 = time.perf_counter()
     built = set()
-    for sweep in plan.sweeps:
-        data = _model(sweep, plan.overrides).data
+    for sweep in sweeps:
+        data = _model(sweep, overrides).data
         key = str(sorted(data.items()))
         if key not in built:
             load_corpus(data, progress=False)
@@ -226,6 +236,11 @@ def run(args: argparse.Namespace, out: Path, command: str) -> int:
     forward = sw.ForwardAll()
     found = None if args.dry_run else load_plan(folder)
     overrides = overrides_of(args)
+    if args.data_only:
+        names = pilot_names(args.names) or [*sw.REQUIRED, *sw.OPTIONAL]
+        seconds = build_corpora(sw.resolve(names, args.seeds), overrides)
+        print(f"the pilot's token cache is built ({fmt_duration(seconds)})")
+        return 0
     with forward.installed():
         try:
             if found is not None:
