@@ -23,7 +23,7 @@ from normlab.config.compose import compose_config
 from normlab.metrics import names
 from normlab.metrics.instruments import InstrumentConfig
 from normlab.study.findings_report import build_report
-from normlab.study.findings_report.pilot import NOT_YET
+from normlab.study.findings_report.pilot import NOT_YET, pilot_cell
 from normlab.study.pilot import sweeps as sw
 from normlab.study.pilot.evaluate import evaluate_pilot
 from normlab.study.pilot.figures import PROCESSES, STACKED, Shape
@@ -320,10 +320,9 @@ def test_the_report_shows_the_pilot_beside_the_cpu_verdict(tmp_path):
     assert "Can the curse of depth happen here?** Yes" in text
     assert (out / "pilot_lnscale_depth_layer_ablation.png").is_file()
 
-    crafted_pilot(tmp_path / "cpu_pilot", PAPER["pre"], device="cpu (2 cores, 1 torch thread)")
-    text = build_report(out, out, pilot=tmp_path / "cpu_pilot")[0].read_text()
-    summary = next(line for line in text.splitlines() if line.startswith("| [12]"))
-    assert f"{NOT_YET} (a CPU run of the pilot's path" in summary  # a CPU pilot is not the GPU pilot
+    cpu_pilot = evaluate_pilot(crafted_pilot(tmp_path / "cpu_pilot", PAPER["pre"], device="cpu (2 cores)"))
+    assert pilot_cell("lnscale_depth", cpu_pilot).startswith(f"{NOT_YET} (a CPU run of the pilot's path")
+    assert pilot_cell("xiong_warmup", cpu_pilot) == "–"  # no pilot for it
 
 
 def test_the_one_call_script_parses_and_names_its_parts():
