@@ -3,6 +3,7 @@
     python scripts/reproduce.py --core                     # the core set (≤ 30 min on 2 cores)
     python scripts/reproduce.py                            # every finding
     python scripts/reproduce.py --core --scale paper       # the same at the papers' scale, on a GPU
+    python scripts/reproduce.py --scale pilot --budget 480 --out DIR   # the GPU pilot (normlab.study.pilot)
     python scripts/reproduce.py xiong_warmup 7 --out outputs/reproduce/mine
     python scripts/reproduce.py --from-existing --out outputs/reproduce/mine   # report only, no training
 
@@ -12,6 +13,7 @@ Layout of OUT (default outputs/reproduce/<date>_<time>):
     sweeps/NAME.perturbed/  the same preset under the finding's perturbation (the robustness line)
     sweeps/NAME.calibration/  with --calibrate: the choice the preset makes, on seeds it does not evaluate
     timings.json          wall time, command and machine of every finding run into OUT
+    pilot/                with --scale pilot: plan.json, probe/, sweeps/ (normlab.study.pilot.run)
     REPORT.md, NAME_*.png the report (or in --report-dir)
 
 The report covers every finding whose sweep is in OUT, in the order of the findings list.
