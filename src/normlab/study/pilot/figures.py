@@ -3,8 +3,9 @@ which findings fit the budget, and the probe's own expected time.
 
 A real pilot measures its step times on the device first (`normlab.study.pilot.probe`) and plans on those;
 these figures size only the plan printed before that. Every number says where it comes from: the last GPU
-measurements (NVIDIA H200, torch 2.11, Python 3.12, 16 cores: docs/performance.md "On a GPU", from the
-project's GPU notes of 2026-11-26 and 2026-11-27), this project's CPU calibration (`normlab.study.cost`), or
+measurements (NVIDIA H200, torch 2.11, Python 3.12, 16 cores: the maintainers' GPU notes of 2026-11-26 and
+2026-11-27, taken by scripts/gpu_checks.sh; docs/performance.md "On a GPU" quotes the first), this project's
+CPU calibration (`normlab.study.cost`), or
 — marked ASSUMED — a guess the measurements do not cover, which the pilot's probe replaces with a
 measurement.
 
@@ -98,10 +99,10 @@ class Figures:
         return self.corpus_s_per_story * stories
 
 
-# NVIDIA H200 (the GPU notes beside the project, 2026-11-26 and 2026-11-27; docs/performance.md "On a GPU").
+# NVIDIA H200 (the maintainers' GPU notes of 2026-11-26 and 2026-11-27, scripts/gpu_checks.sh).
 H200 = Figures(
     device="NVIDIA H200",
-    source="NVIDIA H200 measurements of 2026-11-26/27 (docs/performance.md, On a GPU): normlab instrumented, "
+    source="NVIDIA H200 measurements of 2026-11-26/27 (scripts/gpu_checks.sh, the maintainers' GPU notes): normlab instrumented, "
     "compiled, bf16 at GPT-2-small 443,459 tokens/s = 38.3 % MFU; model=small alone 303,714 tokens/s, "
     "16 runs as processes 11.2× one alone, one stack of 16/32 members 43.5/68.2 ms a step; "
     "compiling GPT-2-small 30 s; the embedded corpus (50,000 stories) 7 s",
