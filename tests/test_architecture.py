@@ -33,7 +33,8 @@ ALLOWED = {
     # and the rules that name why a run failed (pure functions, no torch: train.diagnosis and its schedule)
     "analysis": {"metrics", "summary", "train.diagnosis", "train.schedule", "errors", "io", "generated"},
     "bench": {"model", "data", "metrics", "train", "config", "configs", "errors", "io"},
-    # the study layer reads runs through analysis and measures with bench (finding 5's norm profiler)
+    # the study layer reads runs through analysis and measures with bench (finding 5's norm profiler); the
+    # GPU pilot's cost model counts a step's FLOPs with train.flops (pure arithmetic on a model's parameters)
     "study": {
         "analysis",
         "bench",
@@ -42,6 +43,7 @@ ALLOWED = {
         "metrics",
         "summary",
         "train.diagnosis",
+        "train.flops",
         "train.schedule",
         "config",
         "configs",

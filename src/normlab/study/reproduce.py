@@ -3,6 +3,7 @@
     python scripts/reproduce.py --core                     # the core set (≤ 30 min on 2 cores)
     python scripts/reproduce.py                            # every finding
     python scripts/reproduce.py --core --scale paper       # the same at the papers' scale, on a GPU
+    python scripts/reproduce.py --scale pilot --budget 480 --out DIR   # the GPU pilot (normlab.study.pilot)
     python scripts/reproduce.py xiong_warmup 7 --out outputs/reproduce/mine
     python scripts/reproduce.py --from-existing --out outputs/reproduce/mine   # report only, no training
 
@@ -12,6 +13,7 @@ Layout of OUT (default outputs/reproduce/<date>_<time>):
     sweeps/NAME.perturbed/  the same preset under the finding's perturbation (the robustness line)
     sweeps/NAME.calibration/  with --calibrate: the choice the preset makes, on seeds it does not evaluate
     timings.json          wall time, command and machine of every finding run into OUT
+    pilot/                with --scale pilot: plan.json, probe/, sweeps/ (normlab.study.pilot.run)
     REPORT.md, NAME_*.png the report (or in --report-dir)
 
 The report covers every finding whose sweep is in OUT, in the order of the findings list.
@@ -43,6 +45,8 @@ from typing import Any
 from normlab.study.cost import cores, sweep_cost
 from normlab.study.findings import CORE, FINDINGS, Finding
 from normlab.study.findings_report import build_report
+from normlab.study.findings_report.pilot import verdict_lines as pilot_verdict_lines
+from normlab.study.pilot import run as pilot
 from normlab.study.preset_sweep import held_by_other_settings, run_preset
 from normlab.study.robustness import calibration_dir, perturbed_dir
 from normlab.study.sweep_signals import Forward, Stopped
@@ -115,10 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--scale",
-        choices=("cpu", "paper"),
+        choices=("cpu", "paper", "pilot"),
         default="cpu",
         help="cpu: the presets sized for 2 CPU cores (findings/NAME); paper: the sources' depth, width and "
-        "horizon (findings/paper/NAME), for a GPU",
+        "horizon (findings/paper/NAME), for a GPU; pilot: the depth findings (12, 13; 4 if it fits) at d_model "
+        "256 on one GPU within --budget seconds (findings/pilot/NAME; into OUT/pilot)",
     )
     parser.add_argument(
         "--readme",
@@ -126,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also write the findings table between the findings markers of this README (README.md)",
     )
     parser.add_argument("--list", action="store_true", help="list the findings and exit")
+    pilot.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.list:
         for f in FINDINGS.values():
@@ -134,19 +140,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = shlex.join(["python", "scripts/reproduce.py", *(argv if argv is not None else sys.argv[1:])])
     if args.from_existing:
         out = args.out or _latest_out()
-        if out is None or not (out / "sweeps").is_dir():
+        has_pilot = out is not None and (args.pilot is not None or (out / pilot.PILOT_DIR).is_dir())
+        if out is None or not ((out / "sweeps").is_dir() or has_pilot):
             print(
                 f"error: no sweeps under {out or 'outputs/reproduce/'}; run without --from-existing first",
                 file=sys.stderr,
             )
             return 2
         names = resolve_names(args.names, args.core) if (args.names or args.core) else None
-        path, verdicts = build_report(out, args.report_dir or out, names, command, args.readme)
+        path, verdicts = build_report(out, args.report_dir or out, names, command, args.readme, args.pilot)
         _print_verdicts(verdicts, path)
+        if has_pilot:
+            print("\n".join(pilot_verdict_lines(args.pilot or out)))
         return 0
 
-    names = resolve_names(args.names, args.core)
     out = args.out or Path("outputs") / "reproduce" / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    if args.scale == "pilot":
+        return pilot.run(args, out, command)
+    names = resolve_names(args.names, args.core)
     out.mkdir(parents=True, exist_ok=True)
     timings = load_timings(out)
     started = dt.datetime.now().astimezone()

@@ -27,6 +27,7 @@ from normlab.study.findings_report.overview import (
     summary_row,
     write_readme_table,
 )
+from normlab.study.findings_report.pilot import COLUMN, load_pilot, pilot_cell, pilot_section
 from normlab.study.findings_report.section import calibration_table, finding_section, short_scale
 from normlab.study.robustness import calibration_dir, robustness_of
 from normlab.study.timings import load_timings
@@ -42,9 +43,11 @@ def build_report(
     names: Sequence[str] | None = None,
     command: str | None = None,
     readme: Path | None = None,
+    pilot: Path | None = None,
 ) -> tuple[Path, dict[str, str]]:
     """REPORT.md and figures in report_dir for the findings with sweeps in out (or `names`); with
-    `readme`, the README's findings table from the same outcomes."""
+    `readme`, the README's findings table from the same outcomes; the GPU pilot's column and section from
+    `pilot` (a pilot's OUT, default OUT/pilot; normlab.study.pilot)."""
     matplotlib.use("Agg")
     timings = load_timings(out)
     sweeps = out / "sweeps"
@@ -55,6 +58,8 @@ def build_report(
     summary_rows, readme_rows = [], []
     verdicts: dict[str, str] = {}
     machines = []
+    gpu_pilot = load_pilot(pilot or out)
+    cpu: dict[str, tuple[str, str]] = {}
     for name in names:
         finding = FINDINGS[name]
         record = timings["findings"].get(name)
@@ -85,28 +90,40 @@ def build_report(
             finding, rs, outcome, figures, record, error, report_dir.resolve(), robust, calibration
         )
         scale = short_scale(rs) if rs is not None else "–"
-        summary_rows.append(summary_row(finding, outcome, scale, robust, record))
+        summary_rows.append(
+            [*summary_row(finding, outcome, scale, robust, record), pilot_cell(name, gpu_pilot)]
+        )
+        cpu[name] = (outcome.verdict, scale)
         readme_rows.append(readme_row(finding, outcome, scale, robust))
     lines = header_lines(timings, names, machines, command)
-    lines += [
-        "Each preset runs its jobs under `hydra/launcher=joblib` — normlab's local pool, each job a process "
-        "of its own — one job per core and one torch thread per job (`n_jobs` = cores). Numbers are measured on small models over a few "
-        "hundred steps: a finding that does not reproduce here may still hold at the paper's scale, and the "
-        "report says so rather than tuning the presets until it does.",
-        "",
-        "## Summary",
-        "",
-        md_table(
-            ["#", "finding", "source", "verdict", "checks", "decided at", "robustness", "wall time"],
-            summary_rows,
-        ),
-        "",
-        "## How verdicts are decided",
-        "",
-        RULE,
-        "",
-    ]
+    if summary_rows:
+        lines += [
+            "Each preset runs its jobs under `hydra/launcher=joblib` — normlab's local pool, each job a process "
+            "of its own — one job per core and one torch thread per job (`n_jobs` = cores). Numbers are measured on small models over a few "
+            "hundred steps: a finding that does not reproduce here may still hold at the paper's scale, and the "
+            "report says so rather than tuning the presets until it does.",
+            "",
+            "## Summary",
+            "",
+            md_table(
+                [
+                    "#",
+                    "finding",
+                    "source",
+                    "verdict",
+                    "checks",
+                    "decided at",
+                    "robustness",
+                    "wall time",
+                    COLUMN,
+                ],
+                summary_rows,
+            ),
+            "",
+        ]
+    lines += ["## How verdicts are decided", "", RULE, ""]
     lines += sections
+    lines += pilot_section(gpu_pilot, cpu, report_dir, FIGURE_DPI)
     path = report_dir / REPORT_FILE
     path.write_text("\n".join(lines).rstrip() + "\n")
     if readme is not None:
