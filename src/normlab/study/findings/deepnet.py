@@ -205,15 +205,16 @@ FINDING = Finding(
     evaluate,
     draw,
     perturbation=Perturbation(
-        "no warm-up",
-        ("warmup_steps=0",),
-        "warm-up is the other remedy the paper names for Post-LN's early update (§3), and the one setting "
-        "our preset adds that the claim does not mention: without it, DeepNorm's own first update may be "
-        "as large as Post-LN's.",
+        "lr ÷ 2 (2.5e-3) in the equal-lr arm",
+        ("optim.lr=2.5e-3", "warmup_steps=0"),
+        "the early update is a product of the learning rate and how sensitive F is to each parameter; at "
+        "equal learning rates the ratio should be the architectures' own, so it must survive a smaller one "
+        "(within the range where both train). The warm-up arm, which check 2 judges, is the preset's own.",
+        reuse=(("warmup_steps", "30"),),
     ),
     calibration=Calibration(
         seeds=(0,),
-        overrides=("model.tie_embeddings=true,false", "optim.lr=1e-3,5e-3", "seed=0"),
+        overrides=("model.tie_embeddings=true,false", "optim.lr=1e-3,5e-3", "warmup_steps=30", "seed=0"),
         arms="seed 0, depth 24 (our runs): with the head tied at lr 5e-3, DeepNorm (the paper's init) stayed "
         "at the unigram plateau (5.75 nats) while Pre-LN learned (2.36) — a tied-head failure (finding 10) "
         "that DeepNet's claim is not about; tied at lr 1e-3 DeepNorm learned (3.71), Post-LN 5.76; untied at "

@@ -105,13 +105,7 @@ FINDING = Finding(
     ),
     calibration=Calibration(
         seeds=(0,),
-        overrides=(
-            "norm=dyt_llama",
-            "norm.alpha_attn=0.8,1.6,3.2",
-            "norm.alpha_ffn=0.2,0.4,0.8",
-            "norm.alpha_final=${norm.alpha_ffn}",
-            "seed=0",
-        ),
+        overrides=("norm=ln,dyt_llama", "optim.lr=1e-3,3e-3,1e-2", "seed=0"),
         arms="seed 0, the preset's recipe otherwise (our runs, 2026-11-26): final val loss by α₀ attention / "
         "FFN = final — 0.8 / 0.2 (the authors' 7B): 3.006; 0.8 / 0.4: 2.915; 0.8 / 0.8: 2.937; 1.6 / 0.2: "
         "3.016; 1.6 / 0.4: 2.930; 1.6 / 0.8: 2.969; 3.2 / 0.2: 3.071; 3.2 / 0.4: 2.979; 3.2 / 0.8: 3.011. α₀ "

@@ -288,7 +288,7 @@ FINDING = Finding(
     draw,
     perturbation=Perturbation(
         "GPT-2 init (N(0, 0.02), residual projections × 1/√(2L))",
-        ("model.init=gpt2",),
+        ("model.init=gpt2", "model.embed_scale=1.0"),
         "Theorem 1 assumes Xavier init; GPT-2's init scales the residual projections with depth and shrinks "
         "the embeddings, which changes how the gradient depends on L — the setting most likely to decide "
         "the depth checks.",
