@@ -20,28 +20,32 @@ from normlab.study.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REP
 # ----------------------------------------------------------------------- finding 3 (DeepNet)
 
 
-def deepnet_sweep(root, early, loss, seeds=3, steps=300, dense_until=20):
-    """early[label] = model update at the first logged steps; loss[label] = final val loss; the update
-    is logged at every step up to `dense_until`, then every 10."""
+def deepnet_sweep(root, early, loss, seeds=3, steps=300, dense_until=20, warmups=(0, 30), ramp=None):
+    """early[label] = model update at the first logged steps of the runs without warm-up (the
+    equal-learning-rate arm), ramp[label] that of the runs with warm-up (default: the same); loss[label]
+    = final val loss; the update is logged at every step up to `dense_until`, then every 10."""
     sweep = Sweep(root, "deepnet_model_update")
     variants = {"pre": ("ln", "pre"), "post": ("ln", "post"), "deep": ("deepnorm", "post")}
-    for label, (norm, placement) in variants.items():
-        for seed in range(seeds):
-            rows = [
-                {names.STEP: s, names.MODEL_UPDATE: early[label] * (1 + 0.05 * seed) * (1 + s / steps)}
-                for s in sorted({*range(1, dense_until + 1), *range(10, steps + 1, 10)})
-            ]
-            sweep.add(
-                {
-                    "norm.name": norm,
-                    "placement.name": placement,
-                    "seed": seed,
-                    "depth": 24,
-                    "train.max_steps": steps,
-                },
-                final_val=loss[label] + 0.01 * seed,
-                rows=rows,
-            )
+    for warmup in warmups:
+        size = early if warmup == 0 else (ramp or early)
+        for label, (norm, placement) in variants.items():
+            for seed in range(seeds):
+                rows = [
+                    {names.STEP: s, names.MODEL_UPDATE: size[label] * (1 + 0.05 * seed) * (1 + s / steps)}
+                    for s in sorted({*range(1, dense_until + 1), *range(10, steps + 1, 10)})
+                ]
+                sweep.add(
+                    {
+                        "norm.name": norm,
+                        "placement.name": placement,
+                        "seed": seed,
+                        "depth": 24,
+                        "warmup_steps": warmup,
+                        "train.max_steps": steps,
+                    },
+                    final_val=loss[label] + 0.01 * seed,
+                    rows=rows,
+                )
     return root
 
 
@@ -63,6 +67,35 @@ def test_deepnet_verdicts(tmp_path):
         tmp_path / "c", {"pre": 5, "post": 80, "deep": 5}, {"pre": 5.75, "post": 5.75, "deep": 5.75}
     )
     assert evaluate("deepnet_model_update", load_runs(stuck)).verdict == SETUP_FAILED
+
+
+def test_deepnet_judges_the_early_update_at_equal_learning_rates_not_on_the_ramp(tmp_path):
+    """A ratio the warm-up ramp makes (large with warm-up, none without) is not DeepNet's exploding update:
+    check 1 reads the arm without warm-up, and the ramp's ratio is a note, not counted."""
+    ramp_only = deepnet_sweep(
+        tmp_path / "r",
+        {"pre": 5, "post": 5.5, "deep": 5},
+        {"pre": 3, "post": 5.75, "deep": 3},
+        ramp={"pre": 5, "post": 80, "deep": 5},
+    )
+    outcome = evaluate("deepnet_model_update", load_runs(ramp_only))
+    update, stall = outcome.checks
+    assert update.verdict == NOT_REPRODUCED and "without warm-up" in update.statistic
+    assert stall.verdict == REPRODUCED and "recipe arm" in stall.statistic
+    assert outcome.verdict == NOT_REPRODUCED
+    assert any("With warm-up (the recipe arm, not counted)" in n and "×16.00" in n for n in outcome.notes)
+    assert "Fig. 4(a)" in update.source and "Theorem 4.2" in update.source
+    # the same sweep with the explosion at equal rates reproduces
+    equal = deepnet_sweep(
+        tmp_path / "e", {"pre": 5, "post": 80, "deep": 5}, {"pre": 3, "post": 5.75, "deep": 3}
+    )
+    assert evaluate("deepnet_model_update", load_runs(equal)).verdict == REPRODUCED
+    # a sweep with warm-up only cannot decide the update: its early steps ride the ramp
+    ramped = deepnet_sweep(
+        tmp_path / "w", {"pre": 5, "post": 80, "deep": 5}, {"pre": 3, "post": 5.75, "deep": 3}, warmups=(30,)
+    )
+    update = evaluate("deepnet_model_update", load_runs(ramped)).checks[0]
+    assert update.verdict == INCONCLUSIVE and "ramp" in update.note
 
 
 def test_deepnet_needs_every_early_step_measured(tmp_path):
