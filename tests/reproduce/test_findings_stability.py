@@ -219,19 +219,32 @@ def test_z_loss_is_not_tested_where_nothing_diverges(tmp_path):
     )
     assert calm.verdict == NOT_TESTED
     assert [p.met for p in calm.preconditions] == [False, False]
-    # the measured case: log Z drifts from 6.9 to about 12 without z-loss, and the loss does not suffer
-    harmless = zloss_sweep(tmp_path / "d", lambda z, lr: 15.0 if z == 0 else 11.0, lambda z, lr: 3.0)
+
+
+def test_z_loss_reports_the_partial_negative_where_log_z_diverged_and_the_loss_did_not_suffer(tmp_path):
+    """Round 3's case: log Z diverges without z-loss (6.9 → 31) but the loss never rises. The log-Z part's
+    premise is met, so it is decided — at the paper's 1e-4 log Z still ends at about half (16.8): not
+    reproduced — while the loss part alone is not tested here."""
+    harmless = zloss_sweep(tmp_path / "d", lambda z, lr: 31.0 if z == 0 else 16.8, lambda z, lr: 3.0)
     outcome = evaluate("wortsman_z_loss", load_runs(harmless))
     assert [p.met for p in outcome.preconditions] == [True, False]
-    assert outcome.verdict == NOT_TESTED
-    assert "did not happen" in outcome.unmet[0].sentence
+    keeps, lower = outcome.checks[:2]
+    assert keeps.verdict == NOT_REPRODUCED and lower.verdict == NOT_TESTED
+    assert outcome.verdict == NOT_REPRODUCED and outcome.in_part == "; check 2 not tested here"
+    assert "did not happen" in outcome.unmet[0].sentence and outcome.unmet[0].part == "check 2, the loss"
+    assert "§3.1.2" in keeps.source
+    # the same divergence, with z-loss keeping log Z near 0: the tested part reproduces
+    kept = zloss_sweep(tmp_path / "e", lambda z, lr: 31.0 if z == 0 else 0.5, lambda z, lr: 3.0)
+    outcome = evaluate("wortsman_z_loss", load_runs(kept))
+    assert outcome.verdict == REPRODUCED and outcome.in_part == "; check 2 not tested here"
 
 
 # ------------------------------------------------------------------------ finding 9 (Takase)
 
 
-def takase_sweep(root, spiky, grad, seeds=4, steps=200, depth=4):
-    """spiky[scale]: whether the loss curve has jumps; grad[scale]: gradient scale of block 0."""
+def takase_sweep(root, spiky, grad, seeds=4, steps=200, depth=4, total=None):
+    """spiky[scale]: whether the loss curve has jumps; grad[scale]: gradient scale of block 0; total[scale]:
+    the global gradient norm (default: twice block 0's)."""
     sweep = Sweep(root, "takase_embed_scale")
     for scale in ("1.0", "sqrt_d"):
         for seed in range(seeds):
@@ -242,7 +255,8 @@ def takase_sweep(root, spiky, grad, seeds=4, steps=200, depth=4):
                 if spiky[scale] and s % 50 == 25:
                     loss += 1.0
                 g0 = grad[scale] * (1 + 0.05 * seed)  # block 0's gradient; the last block's is ≈ 1
-                row = {names.STEP: s, names.LOSS: loss, names.GRAD_NORM: g0 * 2}
+                whole = total[scale] * (1 + 0.05 * rng.normal()) if total else g0 * 2
+                row = {names.STEP: s, names.LOSS: loss, names.GRAD_NORM: whole}
                 row.update(
                     {
                         names.grad_norm_layer(i): g0 ** ((depth - 1 - i) / (depth - 1))
@@ -267,9 +281,20 @@ def test_takase_verdicts(tmp_path):
     assert outcome.preconditions[0].met
     calm = takase_sweep(tmp_path / "b", {"1.0": False, "sqrt_d": False}, {"1.0": 4.0, "sqrt_d": 1.0})
     outcome = evaluate("takase_embed_scale", load_runs(calm))
-    # no spikes without Scaled Embed: "it prevents spikes" cannot be tested, whatever the gradients say
-    assert outcome.verdict == NOT_TESTED
-    assert [c.verdict for c in outcome.checks[:2]] == [REPRODUCED, REPRODUCED]
+    # no spikes without Scaled Embed: "it prevents spikes" cannot be tested; the gradient checks (the
+    # paper's mechanism) still decide the verdict, in part
+    assert [c.verdict for c in outcome.checks[:3]] == [REPRODUCED, REPRODUCED, NOT_TESTED]
+    assert outcome.verdict == REPRODUCED and outcome.in_part == "; check 3 not tested here"
+    # round 3's case: the global gradient norm no larger with small embeddings — a decided negative, stated
+    flat = takase_sweep(
+        tmp_path / "d",
+        {"1.0": False, "sqrt_d": False},
+        {"1.0": 4.0, "sqrt_d": 1.0},
+        total={"1.0": 1.0, "sqrt_d": 1.0},
+    )
+    outcome = evaluate("takase_embed_scale", load_runs(flat))
+    assert [c.verdict for c in outcome.checks[:3]] == [REPRODUCED, NOT_REPRODUCED, NOT_TESTED]
+    assert outcome.verdict == NOT_REPRODUCED and "abstract" in outcome.checks[1].source
     same = takase_sweep(tmp_path / "c", {"1.0": True, "sqrt_d": True}, {"1.0": 1.0, "sqrt_d": 1.0})
     assert evaluate("takase_embed_scale", load_runs(same)).verdict == NOT_REPRODUCED
 
