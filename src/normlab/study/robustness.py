@@ -280,7 +280,7 @@ class Robustness:
                         f"{v.what}, which removes the premise, leaves the verdict {v.verdict} ({numbers}): the "
                         "claim is not limited to its premise here"
                     )
-            elif v.verdict == self.verdict:
+            elif self.base is not None and v.outcome is not None and _full(v.outcome) == _full(self.base):
                 out.append(
                     f"does not depend on {perturbation.setting}: {v.verdict} under {v.what} too ({numbers})"
                 )
@@ -380,12 +380,18 @@ def dependence_verdict(finding: Finding, robust: Robustness | None) -> str | Non
     if robust is None or p is None or p.kind != DEPENDENCE or robust.base is None:
         return None
     for v in robust.scope:
-        if v.kind == DEPENDENCE and v.verdict != robust.verdict and v.outcome is not None:
+        if v.kind == DEPENDENCE and v.outcome is not None and _full(v.outcome) != _full(robust.base):
             return (
-                f"depends on {p.setting}: {robust.verdict} under {p.preset} ({numbers_of(robust.base)}); "
-                f"{v.verdict} under {v.what} ({numbers_of(v.outcome)})"
+                f"depends on {p.setting}: {_full(robust.base)} under {p.preset} ({numbers_of(robust.base)}); "
+                f"{_full(v.outcome)} under {v.what} ({numbers_of(v.outcome)})"
             )
     return None
+
+
+def _full(outcome: Outcome) -> str:
+    """'reproduced', or 'reproduced in part (check 1 not tested here)': the verdict with what it rests on."""
+    part = outcome.in_part
+    return f"{outcome.verdict} in part ({part.removeprefix('; ')})" if part else outcome.verdict
 
 
 def perturbed_dir(sweep_dir: str | Path) -> Path:

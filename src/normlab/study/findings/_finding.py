@@ -110,6 +110,9 @@ class Measurement:
     file: str  # its file in the sweep directory: "profile_norm.json"
     take: Callable[[Sequence[str]], dict[str, Any]]  # the preset's overrides → a JSON-able result
     describe: Callable[[dict[str, Any]], list[str]] = _no_lines  # a few lines saying what was measured
+    # False: a file another machine's run drops in beside the sweep (finding 5's GPU measurement), read
+    # like one taken here but never taken by scripts/reproduce.py
+    taken: bool = True
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ class Finding:
         plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
         extras: Extras = {}
         for m in self.measurements:
+            if not m.taken:
+                continue
             result = m.take(plain)
             write_text_atomic(Path(sweep_dir) / m.file, json.dumps(result, indent=2) + "\n")
             for line in m.describe(result):

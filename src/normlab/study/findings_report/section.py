@@ -248,7 +248,7 @@ def finding_section(
             timing += f" (over {record['sessions']} sessions)"
         measured = record.get(MEASURE_S, record.get("profile_s"))
         if measured is not None:
-            what = ", ".join(m.key for m in finding.measurements) or "measurements"
+            what = ", ".join(m.key for m in finding.measurements if m.taken) or "measurements"
             timing += f" (sweep {fmt_duration(record.get('sweep_s'))}, {what} {fmt_duration(measured)})"
         if record.get("perturbed"):
             timing += f", of which {fmt_duration(record['perturbed'].get('wall_s'))} for the perturbed sweep"
