@@ -270,3 +270,11 @@ def test_dyt_is_judged_at_layernorms_tuned_rate_with_its_own_beside_it(tmp_path)
     if dyt_lr != ln_lr:
         own = outcome.checks[1]
         assert not own.counts and own.verdict in (REPRODUCED, INCONCLUSIVE)
+
+
+def test_every_finding_states_its_claim_as_its_source_does():
+    """REPORT.md's "Claim as stated": a quote with its location (or, for ours, what it rests on)."""
+    for f in FINDINGS.values():
+        if f.ours:
+            continue
+        assert f.stated and "“" in f.stated and ("(" in f.stated or "§" in f.stated), f.name

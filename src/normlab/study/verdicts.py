@@ -27,7 +27,9 @@ counted check is not (with k checks, the chance of that call when every claim ho
 learned did not (best validation loss not clearly below the corpus's unigram loss) — a comparison of
 runs that learned nothing is not evidence. *Not tested here*: a claim "X prevents Y" needs Y to happen
 without X; a finding declares such `Precondition`s, and when one is not shown in these runs its checks
-cannot speak to the claim either way. Nothing here looks at which verdict a finding "should" get.
+cannot speak to the claim either way; a precondition of one part of a claim (`Precondition.part`)
+leaves that part's checks `untested` and the others decide — the verdict then holds *in part*.
+Nothing here looks at which verdict a finding "should" get.
 """
 
 from __future__ import annotations
@@ -70,10 +72,18 @@ RULE = (
     "without X, a speed claim needs the norm's share of the step to exceed the claimed saving, a curse of "
     "depth needs deep blocks that contribute little; each such precondition is checked in the runs, and "
     "when one is not met the finding says what did not happen and at what scale it would, instead of a "
-    "verdict its runs cannot support. Under every verdict, *robustness* says whether it survives "
-    "dropping any one seed (no new runs: the finding is re-evaluated on the remaining seeds) and one "
-    "change of setup the finding names as the most likely to matter (a second sweep), and which check "
-    "moved."
+    "verdict its runs cannot support. A precondition of one part of a claim (z-loss's loss part needs the "
+    "loss to suffer, its log-Z part needs log Z to diverge) leaves that part's checks *not tested here* "
+    "and the other parts decide the verdict, which then says *in part*: a part whose premise did happen "
+    "is reported, not hidden. Every check names where its source states what it tests, and the "
+    "statistic used there. Under every verdict, *robustness* says whether it survives dropping any one "
+    "seed (no new runs: the finding is re-evaluated on the remaining seeds), any variation on part of "
+    "its runs the finding names, and one change of setup within the claim's premise the finding names as "
+    "the most likely to matter (a second sweep), and which check moved. A change that removes the "
+    "claim's premise (GPT-2's init for a theorem that assumes Xavier's) is a *scope* line, apart: the "
+    "flip it may bring is what the theory predicts. A setup choice the source does not fix is a "
+    "*dependence*: where the verdict differs under it, the verdict says what it depends on, with both "
+    "outcomes' numbers."
 )
 
 
