@@ -139,9 +139,12 @@ def readme_intro(report: Path, readme: Path, command: str | None, totals: str) -
         + (f" ({totals.split(': ', 1)[1].rstrip('.')})" if totals else "")
         + f". Intervals are two-sided {100 * CONFIDENCE:.0f} % (one-sided tests at {100 * ALPHA:g} %); each check's rule is its margin, the "
         "smallest effect that counts. *Not tested here*: the phenomenon the claim is about did not happen "
-        'at this scale (the report says what would make it happen). "Robustness": the verdict with any '
-        "one seed dropped and under the one change of setup each finding names; *cannot move it* marks a "
-        "variation that leaves what the verdict rests on unchanged."
+        "at this scale (the report says what would make it happen); *in part*: a part of the claim whose "
+        'premise did not happen is not tested, the other parts decide. "Robustness": the verdict with any '
+        "one seed dropped and under the one change of setup within the claim's premise each finding names; "
+        "*cannot move it* marks a variation that leaves what the verdict rests on unchanged. A change that "
+        "removes the premise is the claim's scope, in the report; *depends on …* names a setup choice the "
+        "source does not fix that changes the verdict."
     )
 
 
