@@ -262,24 +262,18 @@ class Robustness:
         """The scope line of a scope perturbation ('holds only with Xavier init, as the theory predicts:
         under GPT-2 init it is not reproduced (check 1 …)'), or of a dependence that did not change the
         verdict; a dependence that did is the verdict's own sentence (`dependence_verdict`)."""
-        if perturbation is None:
-            return []
         out = []
-        for v in self.scope:
+        for v in self.scope if perturbation is not None else ():
             numbers = numbers_of(v.outcome) if v.outcome is not None else "–"
             base = numbers_of(self.base) if self.base is not None else "–"
-            if v.kind == SCOPE:
-                if v.verdict != self.verdict:
-                    out.append(
-                        f"holds only with {perturbation.preset}, as the theory predicts: it assumes it, and under "
-                        f"{v.what}, which removes that premise, the verdict is {v.verdict} ({numbers}; with "
-                        f"{perturbation.preset}: {base})"
-                    )
-                else:
-                    out.append(
-                        f"{v.what}, which removes the premise, leaves the verdict {v.verdict} ({numbers}): the "
-                        "claim is not limited to its premise here"
-                    )
+            if v.kind == SCOPE and v.verdict != self.verdict:
+                out.append(
+                    f"holds only with {perturbation.preset}, as the theory predicts: it assumes it, and under "
+                    f"{v.what}, which removes that premise, the verdict is {v.verdict} ({numbers}; with "
+                    f"{perturbation.preset}: {base})"
+                )
+            elif v.kind == SCOPE:
+                out.append(f"{v.what}, which removes the premise, leaves the verdict {v.verdict} ({numbers})")
             elif self.base is not None and v.outcome is not None and _full(v.outcome) == _full(self.base):
                 out.append(
                     f"does not depend on {perturbation.setting}: {v.verdict} under {v.what} too ({numbers})"
