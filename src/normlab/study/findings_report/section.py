@@ -265,19 +265,34 @@ def finding_section(
         lines += [f"Setup failed — {note}", ""]
     if outcome.setup_failures:
         lines += ["Runs that learned nothing cannot test the claim, so the verdict is *setup failed*.", ""]
+    lines += precondition_lines(outcome)
+    for note in outcome.notes:
+        lines += [note, ""]
+    if outcome.checks:
+        lines += ["**Checks.**", "", checks_table(outcome.checks), ""]
+    return lines
+
+
+def precondition_lines(outcome: Outcome) -> list[str]:
+    """'Can this happen here?' for each precondition: of the whole claim, or of one part of it (which
+    leaves that part untested and the others deciding)."""
+    lines = []
     for pre in outcome.preconditions:
+        premise = f" (the premise of {pre.part})" if pre.part else ""
         if pre.met:
-            lines += [f"Can this happen here? Yes — {_sentence(pre.name)}: {pre.observed}.", ""]
+            lines += [f"Can this happen here? Yes — {_sentence(pre.name)}{premise}: {pre.observed}.", ""]
+        elif pre.part:
+            lines += [
+                f"Can this happen here? Not shown for {pre.part} — {_sentence(pre.sentence)} That part is "
+                "therefore *not tested here*; the other parts decide the verdict.",
+                "",
+            ]
         else:
             lines += [
                 f"Can this happen here? Not shown — {_sentence(pre.sentence)} The verdict is therefore "
                 "*not tested here*.",
                 "",
             ]
-    for note in outcome.notes:
-        lines += [note, ""]
-    if outcome.checks:
-        lines += ["**Checks.**", "", checks_table(outcome.checks), ""]
     return lines
 
 
