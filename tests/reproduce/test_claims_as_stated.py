@@ -19,7 +19,7 @@ from normlab.analysis.estimate import Estimate
 from normlab.study.findings import FINDINGS, evaluate, evaluate_sweep
 from normlab.study.findings._finding import DEPENDENCE, ROBUSTNESS, SCOPE, Perturbation
 from normlab.study.findings_report.overview import headline, verdict_cell
-from normlab.study.findings_report.section import checks_table, verdict_lines
+from normlab.study.findings_report.section import checks_table, precondition_lines, verdict_lines
 from normlab.study.robustness import dependence_verdict, perturbed_dir, robustness_of
 from normlab.study.verdicts import (
     INCONCLUSIVE,
@@ -63,6 +63,9 @@ def test_the_report_cells_name_the_untested_part_and_each_checks_source():
     assert "not shown — the loss suffers" in cell
     table = checks_table(outcome.checks)
     assert "where the source states it" in table and "| §1 |" in table and "**not tested here**" in table
+    (line, _) = precondition_lines(outcome)
+    assert line.startswith("Can this happen here? Not shown for check 2, the loss — the loss suffers")
+    assert line.endswith("That part is therefore *not tested here*; the other parts decide the verdict.")
 
 
 # ------------------------------------------------------------- scope, robustness and dependence
