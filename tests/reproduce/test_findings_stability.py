@@ -153,6 +153,13 @@ def test_qk_norm_verdicts(tmp_path):
     # growth and degradation without qk-norm, and qk-norm does not help: the claim is tested and fails
     useless = load_runs(qk_sweep(tmp_path / "c", lambda qk, lr: logit("none", lr), loss_both))
     assert evaluate("wortsman_qk_norm", useless).verdict == NOT_REPRODUCED
+    # logits grow without qk-norm but the loss never degrades: the logit part is decided, the loss parts
+    # (checks 2, 3) are not tested here
+    harmless = load_runs(qk_sweep(tmp_path / "d", logit, lambda qk, lr: 3.0))
+    outcome = evaluate("wortsman_qk_norm", harmless)
+    assert [c.verdict for c in outcome.checks] == [REPRODUCED, NOT_TESTED, NOT_TESTED]
+    assert outcome.verdict == REPRODUCED and outcome.in_part == "; check 2, 3 not tested here"
+    assert all(c.source for c in outcome.checks)
 
 
 def loss_both(qk, lr):

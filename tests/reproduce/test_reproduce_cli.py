@@ -191,9 +191,7 @@ def test_a_findings_measurement_is_stored_beside_its_sweep_and_read_back(tmp_pat
         FINDINGS["rmsnorm_speed"],
         measurements=(probe, replace(probe, key="other", file="o.json", taken=False)),
     )
-    assert dropped.measure(tmp_path, [], lines.append).keys() == {
-        "probe"
-    }  # the dropped-in one is not taken
+    assert dropped.measure(tmp_path, [], lines.append).keys() == {"probe"}  # the dropped-in one is not taken
     assert all(not f.measurements for f in FINDINGS.values() if f.name != "rmsnorm_speed")
 
 
