@@ -129,10 +129,12 @@ def warmup_sweep(root: Path, losses: dict[tuple[str, int], list[float]], diverge
     return root
 
 
-def grad_profile_sweep(root: Path, last_grad, depths=(2, 4, 8), seeds=(0, 1, 2)) -> Path:
+def grad_profile_sweep(
+    root: Path, last_grad, depths=(2, 6, 12, 24), seeds=(0, 1, 2), inits=("xavier", "gpt2")
+) -> Path:
     """Finding 1: step-0 rows only; `last_grad(init, placement, depth, seed, layer)` gives each block's norm."""
     sweep = Sweep(root, "xiong_grad_profile")
-    for init in ("xavier", "gpt2"):
+    for init in inits:
         for placement in ("pre", "post"):
             for depth in depths:
                 for seed in seeds:

@@ -169,7 +169,7 @@ def test_grad_profile_verdict(tmp_path, profile, expected):
     assert len(xavier) == 3 and all("xavier" in c.name for c in xavier)
     assert draws("xiong_grad_profile", rs) == 2
     pre_row = next(r for r in outcome.table if r["init"] == "xavier" and r["placement"] == "pre")
-    slope = float(pre_row["depth exponent b (‖g_last‖ ∝ L^b), 90 % CI"].split()[0])
+    slope = float(pre_row["depth exponent b (‖g_last‖ ∝ L^b) over L ≥ 6 (the checks'), 90 % CI"].split()[0])
     assert slope == pytest.approx(-0.5 if profile is xiong_like else 0.0, abs=0.01)  # crafted: 1/√L or flat
 
 

@@ -20,28 +20,32 @@ from normlab.study.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REP
 # ----------------------------------------------------------------------- finding 3 (DeepNet)
 
 
-def deepnet_sweep(root, early, loss, seeds=3, steps=300, dense_until=20):
-    """early[label] = model update at the first logged steps; loss[label] = final val loss; the update
-    is logged at every step up to `dense_until`, then every 10."""
+def deepnet_sweep(root, early, loss, seeds=3, steps=300, dense_until=20, warmups=(0, 30), ramp=None):
+    """early[label] = model update at the first logged steps of the runs without warm-up (the
+    equal-learning-rate arm), ramp[label] that of the runs with warm-up (default: the same); loss[label]
+    = final val loss; the update is logged at every step up to `dense_until`, then every 10."""
     sweep = Sweep(root, "deepnet_model_update")
     variants = {"pre": ("ln", "pre"), "post": ("ln", "post"), "deep": ("deepnorm", "post")}
-    for label, (norm, placement) in variants.items():
-        for seed in range(seeds):
-            rows = [
-                {names.STEP: s, names.MODEL_UPDATE: early[label] * (1 + 0.05 * seed) * (1 + s / steps)}
-                for s in sorted({*range(1, dense_until + 1), *range(10, steps + 1, 10)})
-            ]
-            sweep.add(
-                {
-                    "norm.name": norm,
-                    "placement.name": placement,
-                    "seed": seed,
-                    "depth": 24,
-                    "train.max_steps": steps,
-                },
-                final_val=loss[label] + 0.01 * seed,
-                rows=rows,
-            )
+    for warmup in warmups:
+        size = early if warmup == 0 else (ramp or early)
+        for label, (norm, placement) in variants.items():
+            for seed in range(seeds):
+                rows = [
+                    {names.STEP: s, names.MODEL_UPDATE: size[label] * (1 + 0.05 * seed) * (1 + s / steps)}
+                    for s in sorted({*range(1, dense_until + 1), *range(10, steps + 1, 10)})
+                ]
+                sweep.add(
+                    {
+                        "norm.name": norm,
+                        "placement.name": placement,
+                        "seed": seed,
+                        "depth": 24,
+                        "warmup_steps": warmup,
+                        "train.max_steps": steps,
+                    },
+                    final_val=loss[label] + 0.01 * seed,
+                    rows=rows,
+                )
     return root
 
 
@@ -63,6 +67,35 @@ def test_deepnet_verdicts(tmp_path):
         tmp_path / "c", {"pre": 5, "post": 80, "deep": 5}, {"pre": 5.75, "post": 5.75, "deep": 5.75}
     )
     assert evaluate("deepnet_model_update", load_runs(stuck)).verdict == SETUP_FAILED
+
+
+def test_deepnet_judges_the_early_update_at_equal_learning_rates_not_on_the_ramp(tmp_path):
+    """A ratio the warm-up ramp makes (large with warm-up, none without) is not DeepNet's exploding update:
+    check 1 reads the arm without warm-up, and the ramp's ratio is a note, not counted."""
+    ramp_only = deepnet_sweep(
+        tmp_path / "r",
+        {"pre": 5, "post": 5.5, "deep": 5},
+        {"pre": 3, "post": 5.75, "deep": 3},
+        ramp={"pre": 5, "post": 80, "deep": 5},
+    )
+    outcome = evaluate("deepnet_model_update", load_runs(ramp_only))
+    update, stall = outcome.checks
+    assert update.verdict == NOT_REPRODUCED and "without warm-up" in update.statistic
+    assert stall.verdict == REPRODUCED and "recipe arm" in stall.statistic
+    assert outcome.verdict == NOT_REPRODUCED
+    assert any("With warm-up (the recipe arm, not counted)" in n and "×16.00" in n for n in outcome.notes)
+    assert "Fig. 4(a)" in update.source and "Theorem 4.2" in update.source
+    # the same sweep with the explosion at equal rates reproduces
+    equal = deepnet_sweep(
+        tmp_path / "e", {"pre": 5, "post": 80, "deep": 5}, {"pre": 3, "post": 5.75, "deep": 3}
+    )
+    assert evaluate("deepnet_model_update", load_runs(equal)).verdict == REPRODUCED
+    # a sweep with warm-up only cannot decide the update: its early steps ride the ramp
+    ramped = deepnet_sweep(
+        tmp_path / "w", {"pre": 5, "post": 80, "deep": 5}, {"pre": 3, "post": 5.75, "deep": 3}, warmups=(30,)
+    )
+    update = evaluate("deepnet_model_update", load_runs(ramped)).checks[0]
+    assert update.verdict == INCONCLUSIVE and "ramp" in update.note
 
 
 def test_deepnet_needs_every_early_step_measured(tmp_path):
@@ -120,6 +153,13 @@ def test_qk_norm_verdicts(tmp_path):
     # growth and degradation without qk-norm, and qk-norm does not help: the claim is tested and fails
     useless = load_runs(qk_sweep(tmp_path / "c", lambda qk, lr: logit("none", lr), loss_both))
     assert evaluate("wortsman_qk_norm", useless).verdict == NOT_REPRODUCED
+    # logits grow without qk-norm but the loss never degrades: the logit part is decided, the loss parts
+    # (checks 2, 3) are not tested here
+    harmless = load_runs(qk_sweep(tmp_path / "d", logit, lambda qk, lr: 3.0))
+    outcome = evaluate("wortsman_qk_norm", harmless)
+    assert [c.verdict for c in outcome.checks] == [REPRODUCED, NOT_TESTED, NOT_TESTED]
+    assert outcome.verdict == REPRODUCED and outcome.in_part == "; check 2, 3 not tested here"
+    assert all(c.source for c in outcome.checks)
 
 
 def loss_both(qk, lr):
@@ -186,19 +226,32 @@ def test_z_loss_is_not_tested_where_nothing_diverges(tmp_path):
     )
     assert calm.verdict == NOT_TESTED
     assert [p.met for p in calm.preconditions] == [False, False]
-    # the measured case: log Z drifts from 6.9 to about 12 without z-loss, and the loss does not suffer
-    harmless = zloss_sweep(tmp_path / "d", lambda z, lr: 15.0 if z == 0 else 11.0, lambda z, lr: 3.0)
+
+
+def test_z_loss_reports_the_partial_negative_where_log_z_diverged_and_the_loss_did_not_suffer(tmp_path):
+    """Round 3's case: log Z diverges without z-loss (6.9 → 31) but the loss never rises. The log-Z part's
+    premise is met, so it is decided — at the paper's 1e-4 log Z still ends at about half (16.8): not
+    reproduced — while the loss part alone is not tested here."""
+    harmless = zloss_sweep(tmp_path / "d", lambda z, lr: 31.0 if z == 0 else 16.8, lambda z, lr: 3.0)
     outcome = evaluate("wortsman_z_loss", load_runs(harmless))
     assert [p.met for p in outcome.preconditions] == [True, False]
-    assert outcome.verdict == NOT_TESTED
-    assert "did not happen" in outcome.unmet[0].sentence
+    keeps, lower = outcome.checks[:2]
+    assert keeps.verdict == NOT_REPRODUCED and lower.verdict == NOT_TESTED
+    assert outcome.verdict == NOT_REPRODUCED and outcome.in_part == "; check 2 not tested here"
+    assert "did not happen" in outcome.unmet[0].sentence and outcome.unmet[0].part == "check 2, the loss"
+    assert "§3.1.2" in keeps.source
+    # the same divergence, with z-loss keeping log Z near 0: the tested part reproduces
+    kept = zloss_sweep(tmp_path / "e", lambda z, lr: 31.0 if z == 0 else 0.5, lambda z, lr: 3.0)
+    outcome = evaluate("wortsman_z_loss", load_runs(kept))
+    assert outcome.verdict == REPRODUCED and outcome.in_part == "; check 2 not tested here"
 
 
 # ------------------------------------------------------------------------ finding 9 (Takase)
 
 
-def takase_sweep(root, spiky, grad, seeds=4, steps=200, depth=4):
-    """spiky[scale]: whether the loss curve has jumps; grad[scale]: gradient scale of block 0."""
+def takase_sweep(root, spiky, grad, seeds=4, steps=200, depth=4, total=None):
+    """spiky[scale]: whether the loss curve has jumps; grad[scale]: gradient scale of block 0; total[scale]:
+    the global gradient norm (default: twice block 0's)."""
     sweep = Sweep(root, "takase_embed_scale")
     for scale in ("1.0", "sqrt_d"):
         for seed in range(seeds):
@@ -209,7 +262,8 @@ def takase_sweep(root, spiky, grad, seeds=4, steps=200, depth=4):
                 if spiky[scale] and s % 50 == 25:
                     loss += 1.0
                 g0 = grad[scale] * (1 + 0.05 * seed)  # block 0's gradient; the last block's is ≈ 1
-                row = {names.STEP: s, names.LOSS: loss, names.GRAD_NORM: g0 * 2}
+                whole = total[scale] * (1 + 0.05 * rng.normal()) if total else g0 * 2
+                row = {names.STEP: s, names.LOSS: loss, names.GRAD_NORM: whole}
                 row.update(
                     {
                         names.grad_norm_layer(i): g0 ** ((depth - 1 - i) / (depth - 1))
@@ -234,9 +288,20 @@ def test_takase_verdicts(tmp_path):
     assert outcome.preconditions[0].met
     calm = takase_sweep(tmp_path / "b", {"1.0": False, "sqrt_d": False}, {"1.0": 4.0, "sqrt_d": 1.0})
     outcome = evaluate("takase_embed_scale", load_runs(calm))
-    # no spikes without Scaled Embed: "it prevents spikes" cannot be tested, whatever the gradients say
-    assert outcome.verdict == NOT_TESTED
-    assert [c.verdict for c in outcome.checks[:2]] == [REPRODUCED, REPRODUCED]
+    # no spikes without Scaled Embed: "it prevents spikes" cannot be tested; the gradient checks (the
+    # paper's mechanism) still decide the verdict, in part
+    assert [c.verdict for c in outcome.checks[:3]] == [REPRODUCED, REPRODUCED, NOT_TESTED]
+    assert outcome.verdict == REPRODUCED and outcome.in_part == "; check 3 not tested here"
+    # round 3's case: the global gradient norm no larger with small embeddings — a decided negative, stated
+    flat = takase_sweep(
+        tmp_path / "d",
+        {"1.0": False, "sqrt_d": False},
+        {"1.0": 4.0, "sqrt_d": 1.0},
+        total={"1.0": 1.0, "sqrt_d": 1.0},
+    )
+    outcome = evaluate("takase_embed_scale", load_runs(flat))
+    assert [c.verdict for c in outcome.checks[:3]] == [REPRODUCED, NOT_REPRODUCED, NOT_TESTED]
+    assert outcome.verdict == NOT_REPRODUCED and "abstract" in outcome.checks[1].source
     same = takase_sweep(tmp_path / "c", {"1.0": True, "sqrt_d": True}, {"1.0": 1.0, "sqrt_d": 1.0})
     assert evaluate("takase_embed_scale", load_runs(same)).verdict == NOT_REPRODUCED
 

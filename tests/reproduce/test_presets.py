@@ -112,9 +112,10 @@ def test_the_cost_model_counts_jobs_as_a_sweep_launches_them():
     """Overrides of a swept key replace its values; deepnorm off post is skipped; a recipe norm counts."""
     from normlab.study.cost import sweep_cost
 
-    assert sweep_cost("findings/deepnet_model_update").jobs == 3 * 5  # deepnorm/pre skipped
-    assert sweep_cost("findings/deepnet_model_update", ["seed=1"]).jobs == 3
-    assert sweep_cost("findings/dyt_vs_ln", ["norm=dyt_llama"]).jobs == 5
+    # 3 variants × 2 warm-ups × 5 seeds: deepnorm/pre skipped
+    assert sweep_cost("findings/deepnet_model_update").jobs == 3 * 2 * 5
+    assert sweep_cost("findings/deepnet_model_update", ["seed=1"]).jobs == 3 * 2
+    assert sweep_cost("findings/dyt_vs_ln", ["norm=dyt_llama"]).jobs == 2 * 5  # 2 learning rates
     deeper = sweep_cost("findings/lnscale_depth", ["depth=24"]).core_s
     assert deeper > 1.8 * sweep_cost("findings/lnscale_depth").core_s
 

@@ -180,11 +180,18 @@ def test_a_findings_measurement_is_stored_beside_its_sweep_and_read_back(tmp_pat
     assert json.loads((tmp_path / "probe.json").read_text()) == extras["probe"]
     assert finding.load_extras(tmp_path) == extras
     assert finding.load_extras(tmp_path / "not-measured") == {}
-    # finding 5's own measurements: the CPU norm profiler, stored where earlier reports looked for it, and
-    # the norm share and step time on the best device there is (norm_share.json, which a GPU run replaces)
-    profile, speed = FINDINGS["rmsnorm_speed"].measurements
+    # finding 5's own measurements: the CPU norm profiler, stored where earlier reports looked for it, the
+    # norm share and step time on the best device there is (norm_share.json), and the same from a run on
+    # the claim's device, dropped in beside the sweep (norm_share.device.json) — read, never taken here
+    profile, speed, device = FINDINGS["rmsnorm_speed"].measurements
     assert (profile.key, profile.file) == ("profile", "profile_norm.json")
     assert (speed.key, speed.file) == ("speed", "norm_share.json")
+    assert (device.key, device.file, device.taken) == ("speed_device", "norm_share.device.json", False)
+    dropped = replace(
+        FINDINGS["rmsnorm_speed"],
+        measurements=(probe, replace(probe, key="other", file="o.json", taken=False)),
+    )
+    assert dropped.measure(tmp_path, [], lines.append).keys() == {"probe"}  # the dropped-in one is not taken
     assert all(not f.measurements for f in FINDINGS.values() if f.name != "rmsnorm_speed")
 
 

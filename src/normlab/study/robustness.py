@@ -9,6 +9,13 @@ A *perturbation* is one change of setup a finding names as the most likely to de
 learning rate, the depth, the init, warm-up, α₀); `scripts/reproduce.py` runs the preset again with it,
 and the verdict of those runs is set beside the original one, with the numbers of every counted check.
 
+What a perturbation is to the claim decides where it is reported (`Perturbation.kind`): a *robustness*
+change stays within the claim's premise and joins the robustness line; a *scope* change removes the
+premise (the theory then predicts the flip), so it is reported apart as the claim's scope, never as a flip;
+a *dependence* is a setup choice the source does not fix, and when the verdict differs under it the
+verdict itself names the dependence, with both verdicts' numbers. A `Subset` re-evaluates the finding on
+part of its own runs (the depths that matter): a robustness variation that costs no runs.
+
 A variation can only say "stable" where it could have said otherwise: it must move what decides the
 verdict — the counted checks (for *not reproduced*, the checks that are not reproduced), the unmet
 preconditions of a *not tested here*, the runs that did not learn of a *setup failed*. A variation that
@@ -27,8 +34,8 @@ from pathlib import Path
 from normlab.analysis.estimate import Estimate, fmt_estimate
 from normlab.analysis.load import SEED_KEY, RunSet, load_runs
 from normlab.study.findings import FINDINGS, evaluate
-from normlab.study.findings._finding import Perturbation
-from normlab.study.findings._runs import subset, where
+from normlab.study.findings._finding import DEPENDENCE, ROBUSTNESS, SCOPE, Finding, Perturbation, Subset
+from normlab.study.findings._runs import key, subset, where
 from normlab.study.verdicts import (
     CONFIDENCE,
     NOT_REPRODUCED,
@@ -41,6 +48,10 @@ from normlab.study.verdicts import (
 __all__ = [
     "Perturbation",
     "Robustness",
+    "Subset",
+    "dependence_verdict",
+    "numbers_of",
+    "on_subset",
     "Variation",
     "calibration_dir",
     "deciding",
@@ -63,6 +74,7 @@ class Variation:
     verdict: str
     outcome: Outcome | None = None
     perturbation: bool = False  # a change of setup (a second sweep), not a dropped seed
+    kind: str = ROBUSTNESS  # a perturbation's kind (scope and dependence are reported apart)
 
 
 def _same(a: Estimate, b: Estimate) -> bool:
@@ -167,13 +179,29 @@ def perturbed_numbers(base: Outcome, other: Outcome) -> str:
     return "; ".join(parts)
 
 
+def numbers_of(outcome: Outcome) -> str:
+    """What a verdict rests on, in numbers: the unmet precondition's estimate of a *not tested here*, else
+    each counted check's estimate ('check 1 +0.33 [+0.27, +0.40]; check 2 …')."""
+    if outcome.verdict == NOT_TESTED and outcome.unmet:
+        pre = outcome.unmet[0]
+        return f"precondition '{pre.name}' {_value(pre.check)}" if pre.check else pre.name
+    if outcome.verdict == SETUP_FAILED and outcome.setup_failures:
+        return outcome.setup_failures[0]
+    return "; ".join(
+        f"check {i} {_value(c)} ({c.verdict})" for i, c in enumerate(outcome.checks, 1) if c.counts
+    )
+
+
 @dataclass(frozen=True)
 class Robustness:
-    """A verdict, the outcome it came from, and the verdicts of its variations."""
+    """A verdict, the outcome it came from, and the verdicts of its variations. Scope and dependence
+    perturbations are kept apart from the robustness line (`scope`): they say where the claim holds, not
+    whether the verdict survives its own setup."""
 
     verdict: str
     variations: tuple[Variation, ...]
     base: Outcome | None = None
+    scope: tuple[Variation, ...] = ()  # the scope and dependence perturbations
 
     def informative(self, v: Variation) -> bool:
         """Whether `v` could have changed the verdict (see the module docstring); without outcomes to
@@ -230,6 +258,28 @@ class Robustness:
             return []
         return moved_checks(self.base, v.outcome)
 
+    def scope_lines(self, perturbation: Perturbation | None) -> list[str]:
+        """The scope line of a scope perturbation ('holds only with Xavier init, as the theory predicts:
+        under GPT-2 init it is not reproduced (check 1 …)'), or of a dependence that did not change the
+        verdict; a dependence that did is the verdict's own sentence (`dependence_verdict`)."""
+        out = []
+        for v in self.scope if perturbation is not None else ():
+            numbers = numbers_of(v.outcome) if v.outcome is not None else "–"
+            base = numbers_of(self.base) if self.base is not None else "–"
+            if v.kind == SCOPE and v.verdict != self.verdict:
+                out.append(
+                    f"holds only with {perturbation.preset}, as the theory predicts: it assumes it, and under "
+                    f"{v.what}, which removes that premise, the verdict is {v.verdict} ({numbers}; with "
+                    f"{perturbation.preset}: {base})"
+                )
+            elif v.kind == SCOPE:
+                out.append(f"{v.what}, which removes the premise, leaves the verdict {v.verdict} ({numbers})")
+            elif self.base is not None and v.outcome is not None and _full(v.outcome) == _full(self.base):
+                out.append(
+                    f"does not depend on {perturbation.setting}: {v.verdict} under {v.what} too ({numbers})"
+                )
+        return out
+
     def details(self) -> list[str]:
         """One phrase per variation for the report: its verdict, what moved, and — for a perturbation —
         every counted check's numbers without and with it."""
@@ -285,15 +335,57 @@ def leave_one_seed_out(evaluate: Callable[[RunSet], Outcome], rs: RunSet) -> lis
     return out
 
 
+def on_subset(evaluate: Callable[[RunSet], Outcome], rs: RunSet, part: Subset) -> Variation | None:
+    """The verdict of `evaluate` on the runs `part` keeps (None when it keeps none, or all of them)."""
+    mask = rs.runs.index == rs.runs.index  # every run
+    for name, kept in part.keep:
+        try:
+            column = rs.runs[key(rs, name)].astype(str)
+        except Exception:
+            return None
+        mask &= column.isin([str(k) for k in kept]).to_numpy()
+    runs = rs.runs.index[mask]
+    if len(runs) == 0 or len(runs) == len(rs.runs):
+        return None
+    outcome = evaluate(subset(rs, runs))
+    return Variation(part.label, outcome.verdict, outcome)
+
+
 def robustness(
     evaluate: Callable[[RunSet], Outcome],
     rs: RunSet,
     verdict: str,
     perturbed: Sequence[Variation] = (),
     base: Outcome | None = None,
+    subsets: Sequence[Subset] = (),
 ) -> Robustness:
-    """The robustness line of a finding: leave-one-seed-out on `rs`, plus any perturbed verdicts."""
-    return Robustness(verdict, (*leave_one_seed_out(evaluate, rs), *perturbed), base)
+    """The robustness line of a finding: leave-one-seed-out on `rs`, its subsets, plus any perturbed
+    verdicts (scope and dependence perturbations kept apart)."""
+    parts = [v for v in (on_subset(evaluate, rs, s) for s in subsets) if v is not None]
+    within = [v for v in perturbed if v.kind == ROBUSTNESS]
+    apart = tuple(v for v in perturbed if v.kind != ROBUSTNESS)
+    return Robustness(verdict, (*leave_one_seed_out(evaluate, rs), *parts, *within), base, apart)
+
+
+def dependence_verdict(finding: Finding, robust: Robustness | None) -> str | None:
+    """'depends on init: not tested here under Xavier init … (numbers); reproduced under GPT-2 init
+    (numbers)' when the verdict differs under a setup choice the source does not fix; else None."""
+    p = finding.perturbation
+    if robust is None or p is None or p.kind != DEPENDENCE or robust.base is None:
+        return None
+    for v in robust.scope:
+        if v.kind == DEPENDENCE and v.outcome is not None and _full(v.outcome) != _full(robust.base):
+            return (
+                f"depends on {p.setting}: {_full(robust.base)} under {p.preset} ({numbers_of(robust.base)}); "
+                f"{_full(v.outcome)} under {v.what} ({numbers_of(v.outcome)})"
+            )
+    return None
+
+
+def _full(outcome: Outcome) -> str:
+    """'reproduced', or 'reproduced in part (check 1 not tested here)': the verdict with what it rests on."""
+    part = outcome.in_part
+    return f"{outcome.verdict} in part ({part.removeprefix('; ')})" if part else outcome.verdict
 
 
 def perturbed_dir(sweep_dir: str | Path) -> Path:
@@ -336,12 +428,20 @@ def robustness_of(
             prs = perturbed_runs(rs, other, finding.perturbation)
         except Exception as e:  # a broken second sweep must not lose the first one's verdict
             label = f"{finding.perturbation.label} (could not be loaded: {e})"
-            perturbed.append(Variation(label, verdict, None, perturbation=True))
+            perturbed.append(
+                Variation(label, verdict, None, perturbation=True, kind=finding.perturbation.kind)
+            )
         else:
             # measurements of the models' shape (finding 5's profile) are not repeated for the perturbed
             # sweep: it is judged with the preset's own
             outcome = evaluate(name, prs, finding.load_extras(other) or extras)
             perturbed.append(
-                Variation(finding.perturbation.label, outcome.verdict, outcome, perturbation=True)
+                Variation(
+                    finding.perturbation.label,
+                    outcome.verdict,
+                    outcome,
+                    perturbation=True,
+                    kind=finding.perturbation.kind,
+                )
             )
-    return robustness(lambda sub: evaluate(name, sub, extras), rs, verdict, perturbed, base)
+    return robustness(lambda sub: evaluate(name, sub, extras), rs, verdict, perturbed, base, finding.subsets)

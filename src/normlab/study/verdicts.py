@@ -27,13 +27,15 @@ counted check is not (with k checks, the chance of that call when every claim ho
 learned did not (best validation loss not clearly below the corpus's unigram loss) — a comparison of
 runs that learned nothing is not evidence. *Not tested here*: a claim "X prevents Y" needs Y to happen
 without X; a finding declares such `Precondition`s, and when one is not shown in these runs its checks
-cannot speak to the claim either way. Nothing here looks at which verdict a finding "should" get.
+cannot speak to the claim either way; a precondition of one part of a claim (`Precondition.part`)
+leaves that part's checks `untested` and the others decide — the verdict then holds *in part*.
+Nothing here looks at which verdict a finding "should" get.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from normlab.analysis.estimate import Estimate, fmt_estimate
 
@@ -70,10 +72,18 @@ RULE = (
     "without X, a speed claim needs the norm's share of the step to exceed the claimed saving, a curse of "
     "depth needs deep blocks that contribute little; each such precondition is checked in the runs, and "
     "when one is not met the finding says what did not happen and at what scale it would, instead of a "
-    "verdict its runs cannot support. Under every verdict, *robustness* says whether it survives "
-    "dropping any one seed (no new runs: the finding is re-evaluated on the remaining seeds) and one "
-    "change of setup the finding names as the most likely to matter (a second sweep), and which check "
-    "moved."
+    "verdict its runs cannot support. A precondition of one part of a claim (z-loss's loss part needs the "
+    "loss to suffer, its log-Z part needs log Z to diverge) leaves that part's checks *not tested here* "
+    "and the other parts decide the verdict, which then says *in part*: a part whose premise did happen "
+    "is reported, not hidden. Every check names where its source states what it tests, and the "
+    "statistic used there. Under every verdict, *robustness* says whether it survives dropping any one "
+    "seed (no new runs: the finding is re-evaluated on the remaining seeds), any variation on part of "
+    "its runs the finding names, and one change of setup within the claim's premise the finding names as "
+    "the most likely to matter (a second sweep), and which check moved. A change that removes the "
+    "claim's premise (GPT-2's init for a theorem that assumes Xavier's) is a *scope* line, apart: the "
+    "flip it may bring is what the theory predicts. A setup choice the source does not fix is a "
+    "*dependence*: where the verdict differs under it, the verdict says what it depends on, with both "
+    "outcomes' numbers."
 )
 
 
@@ -97,6 +107,9 @@ class Check:
     kind: str = DIRECTIONAL
     margin: float = 0.0  # δ (directional) or m (equality)
     note: str = ""  # why the verdict is what it is, when the rule alone does not say (e.g. "no gap")
+    # where the source states what this check tests, and the statistic it uses there ("Theorem 1 (§3.3):
+    # ‖∂L/∂W^{2,L}‖_F at initialisation, against L"): what a referee checks the statistic against
+    source: str = ""
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -145,8 +158,10 @@ def check(
     margin: float = 0.0,
     unit: str = "",
     counts: bool = True,
+    source: str = "",
 ) -> Check:
-    """A directional check, classified; `margin` is the smallest effect that would count as the claim."""
+    """A directional check, classified; `margin` is the smallest effect that would count as the claim;
+    `source` where the paper states it, and the statistic it uses there."""
     if margin < 0:
         raise ValueError(f"a margin is a size, got {margin}")
     return Check(
@@ -158,11 +173,18 @@ def check(
         counts=counts,
         kind=DIRECTIONAL,
         margin=margin,
+        source=source,
     )
 
 
 def equivalence_check(
-    name: str, statistic: str, est: Estimate, margin: float, unit: str = "", counts: bool = True
+    name: str,
+    statistic: str,
+    est: Estimate,
+    margin: float,
+    unit: str = "",
+    counts: bool = True,
+    source: str = "",
 ) -> Check:
     """An equality claim ("B matches A within ±margin"), by two one-sided tests."""
     if margin <= 0:
@@ -176,6 +198,7 @@ def equivalence_check(
         counts=counts,
         kind=EQUALITY,
         margin=margin,
+        source=source,
     )
 
 
@@ -188,16 +211,38 @@ def undecided(
     counts: bool = True,
     kind: str = DIRECTIONAL,
     margin: float = 0.0,
+    source: str = "",
 ) -> Check:
     """A check that cannot be decided from these runs (e.g. its premise was not established)."""
     return Check(
-        name, statistic, est, INCONCLUSIVE, unit=unit, counts=counts, kind=kind, margin=margin, note=why
+        name,
+        statistic,
+        est,
+        INCONCLUSIVE,
+        unit=unit,
+        counts=counts,
+        kind=kind,
+        margin=margin,
+        note=why,
+        source=source,
     )
 
 
+def untested(c: Check, why: str) -> Check:
+    """`c` as a part of the claim that cannot be tested here: its precondition (the phenomenon that part is
+    about) did not happen in these runs. Its estimate is still shown; it is left out of the verdict, which
+    the other parts decide (a finding whose every part is untested is *not tested here*)."""
+    return replace(c, verdict=NOT_TESTED, note=why)
+
+
 def combine(checks: Sequence[Check]) -> str:
-    """All counted checks reproduced → reproduced; any not reproduced → not reproduced; else inconclusive."""
-    counted = [c.verdict for c in checks if c.counts]
+    """All counted checks reproduced → reproduced; any not reproduced → not reproduced; else inconclusive.
+    Checks of a part that could not be tested here (`untested`) are left out; when that leaves none, the
+    finding is not tested here."""
+    every = [c.verdict for c in checks if c.counts]
+    counted = [v for v in every if v != NOT_TESTED]
+    if every and not counted:
+        return NOT_TESTED
     if not counted:
         return INCONCLUSIVE
     if NOT_REPRODUCED in counted:
@@ -217,16 +262,21 @@ class Precondition:
     met: bool | None
     remedy: str = ""  # what would make it happen here (a longer horizon, a higher learning rate)
     check: Check | None = None  # the check that decided it, when one did (its estimate: robustness.py)
+    # the part of the claim it is the premise of ("the loss part (check 2)"); empty: the whole claim. A
+    # part's precondition that is not met makes that part's checks `untested`, not the whole finding
+    part: str = ""
 
     @classmethod
-    def shown_by(cls, c: Check, remedy: str = "") -> Precondition:
+    def shown_by(cls, c: Check, remedy: str = "", part: str = "") -> Precondition:
         """Met when a directional or equality check of the phenomenon is reproduced (at level ALPHA)."""
         value = fmt_estimate(c.est, CONFIDENCE, 3, unit=c.unit, significant=True)
         observed = f"{c.statistic}: {value}, needed {c.rule} ({c.verdict})"
-        return cls(c.name, observed, c.verdict == REPRODUCED, remedy, c)
+        return cls(c.name, observed, c.verdict == REPRODUCED, remedy, c, part)
 
     @classmethod
-    def all_of(cls, name: str, parts: Sequence[Precondition], remedy: str = "") -> Precondition:
+    def all_of(
+        cls, name: str, parts: Sequence[Precondition], remedy: str = "", part: str = ""
+    ) -> Precondition:
         """Met when every part is (None when one cannot be told and none fails); the parts' numbers in
         `observed`, the first part that is not met as its deciding `check`."""
         states = [p.met for p in parts]
@@ -234,7 +284,7 @@ class Precondition:
         observed = "; ".join(f"{p.name}: {p.observed}" for p in parts)
         failing = next((p for p in parts if not p.met), None)
         deciding = failing.check if failing is not None else next((p.check for p in parts if p.check), None)
-        return cls(name, observed, met, remedy, deciding)
+        return cls(name, observed, met, remedy, deciding, part)
 
     @property
     def sentence(self) -> str:
@@ -260,7 +310,7 @@ class Outcome:
         out = cls(verdict=combine(checks), checks=checks, **kw)
         if out.setup_failures:
             out.verdict = SETUP_FAILED
-        elif out.unmet:
+        elif out.blocking:
             out.verdict = NOT_TESTED
         return out
 
@@ -269,10 +319,31 @@ class Outcome:
         return [p for p in self.preconditions if not p.met]
 
     @property
+    def blocking(self) -> list[Precondition]:
+        """Unmet preconditions of the whole claim (a part's unmet precondition leaves the rest testable)."""
+        return [p for p in self.unmet if not p.part]
+
+    @property
+    def untested(self) -> list[Check]:
+        """Counted checks of a part of the claim that could not be tested here."""
+        return [c for c in self.checks if c.counts and c.verdict == NOT_TESTED]
+
+    @property
+    def in_part(self) -> str:
+        """'; check 2 not tested here' when the verdict rests on part of the claim only, else ''."""
+        if self.verdict in (NOT_TESTED, SETUP_FAILED) or not self.untested:
+            return ""
+        numbers = [str(i) for i, c in enumerate(self.checks, 1) if c.counts and c.verdict == NOT_TESTED]
+        return f"; check {', '.join(numbers)} not tested here"
+
+    @property
     def parts(self) -> str:
         counted = [c for c in self.checks if c.counts]
-        passed = sum(c.verdict == REPRODUCED for c in counted)
-        text = f"{passed}/{len(counted)} checks reproduced"
+        tested = [c for c in counted if c.verdict != NOT_TESTED]
+        passed = sum(c.verdict == REPRODUCED for c in tested)
+        text = f"{passed}/{len(tested)} checks reproduced"
+        if len(tested) < len(counted):
+            text = f"{passed}/{len(tested)} testable checks reproduced, {len(counted) - len(tested)} not tested here"
         if self.verdict == SETUP_FAILED:
             return f"compared runs did not all learn; {text}"
         if self.verdict == NOT_TESTED:

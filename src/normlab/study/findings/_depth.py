@@ -7,6 +7,12 @@ the block index, and how much the deeper half of the blocks contributes (the lay
   last evaluation (`layer_ablation/layer_i`, metrics.layer_ablation=true); the deeper half is blocks
   ⌊L/2⌋ … L − 1, the shallower half 0 … ⌊L/2⌋ − 1.
 
+"Can a block's contribution be measured here?" — `trained_enough`: a skipped block's cost means what the
+papers mean by it only in a trained model. In a barely trained one (round 3: 300 steps, ≈ 0.4 tokens per
+parameter, losses 3.2–3.6 nats) the cost reflects the initialisation — LayerNorm Scaling's 1/√l shrinks
+deep branches by construction — more than what training made of the blocks. The bar is the authors' own
+budget: their 130M models see 20,000 steps of 512 × 256 tokens, ≈ 20 tokens per parameter.
+
 "Can the curse of depth happen here?" — both findings' precondition, `curse_of_depth`: the model is as deep
 as the papers' smallest (12 blocks), and under Pre-LN its deeper blocks contribute little *in absolute
 terms* (a skipped deep block costs under SMALL_CONTRIBUTION nats) *and* less than the shallower blocks
@@ -28,7 +34,8 @@ from normlab.analysis.load import RunSet
 from normlab.analysis.plots import layer_contributions
 from normlab.metrics import names
 from normlab.study.findings._finding import Calibration, CannotEvaluate
-from normlab.study.findings._runs import need_metric
+from normlab.study.findings._format import fmt_series
+from normlab.study.findings._runs import end_loss, need_metric, summary_value
 from normlab.study.findings.periln import profiles
 from normlab.study.verdicts import Precondition, check
 
@@ -55,6 +62,48 @@ DEPTH_CALIBRATION = Calibration(
 )
 # log units (≈ 10 %): smaller differences in the growth of the stream with depth do not count
 GROWTH_MARGIN = 0.1
+# tokens per parameter the authors' 130M models train on (both repositories' run_130m.sh: 20,000 steps of
+# 512 sequences × 256 tokens, 2.6B tokens): the training a block's contribution is measured after there
+TRAINED_TOKENS_PER_PARAM = 20.0
+
+
+def tokens_per_parameter(rs: RunSet, runs: pd.Index | list[str]) -> pd.Series:
+    """Training tokens per model parameter of each run: steps × batch × sequence length × accumulation
+    over summary.json's n_params (runs without n_params left out)."""
+    out = {}
+    for run in runs:
+        n = summary_value(rs, run, "n_params")
+        steps = summary_value(rs, run, "steps")
+        if not n or steps is None:
+            continue
+        r = rs.runs.loc[run]
+        tokens = float(steps)
+        for k in ("train.batch_size", "train.seq_len", "train.grad_accum"):
+            v = r.get(k) if k in rs.runs.columns else None
+            tokens *= float(v) if v is not None and v == v else 1.0
+        out[run] = tokens / float(n)
+    return pd.Series(out, dtype=float)
+
+
+def trained_enough(rs: RunSet, runs: pd.Index | list[str], part: str = "") -> Precondition:
+    """Met when the runs trained on at least TRAINED_TOKENS_PER_PARAM tokens per parameter (the module
+    docstring): before that, a skipped block's cost is the initialisation's as much as training's."""
+    tpp = tokens_per_parameter(rs, runs)
+    losses = end_loss(rs, rs.runs.loc[list(runs)]) if len(runs) else pd.Series(dtype=float)
+    seen = f"{tpp.mean():.2g} tokens per parameter" if len(tpp) else "no n_params in summary.json"
+    observed = (
+        f"{seen} (final val loss {fmt_series(losses, 2)}), needed ≥ {TRAINED_TOKENS_PER_PARAM:g} (the authors' "
+        "130M runs: 2.6B tokens)"
+    )
+    return Precondition(
+        f"The models are trained as far as the papers' ({TRAINED_TOKENS_PER_PARAM:g} tokens per parameter), "
+        "so a skipped block's cost is what training made of it, not the initialisation's",
+        observed,
+        bool(len(tpp)) and float(tpp.min()) >= TRAINED_TOKENS_PER_PARAM,
+        "The paper-scale preset (findings/paper/NAME: the authors' 130M shape and 20,000 steps) trains that "
+        "far; at d_model 64 it would take about 15,000 steps of 1,024 tokens per run.",
+        part=part,
+    )
 
 
 def depth_profile(rs: RunSet, runs: pd.Index | list[str]) -> pd.DataFrame:
@@ -89,10 +138,10 @@ def halves(depth: int) -> str:
     return f"blocks {half}–{depth - 1} vs 0–{half - 1}" if half >= 1 else "one block"
 
 
-def curse_of_depth(pre: pd.DataFrame, depth: int) -> Precondition:
+def curse_of_depth(pre: pd.DataFrame, depth: int, part: str = "") -> Precondition:
     """Both depth findings' precondition (module docstring): deep enough, and under Pre-LN (`pre` from
     `depth_profile` of the Pre-LN runs) deep blocks that contribute little, and less than the shallower
-    blocks after the first."""
+    blocks after the first. `part`: the part of the claim it is the premise of."""
     half = depth // 2
     deep_enough = Precondition(
         f"The model is as deep as the papers' smallest ({PAPER_MIN_DEPTH} blocks)",
@@ -120,4 +169,5 @@ def curse_of_depth(pre: pd.DataFrame, depth: int) -> Precondition:
         f"The papers see it at {PAPER_MIN_DEPTH}–32 layers trained on billions of tokens; a deeper stack "
         "(the robustness line runs depth 24) or a longer run is what would make it happen here "
         "(findings/paper/ presets).",
+        part=part,
     )

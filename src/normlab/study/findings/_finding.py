@@ -30,18 +30,53 @@ class CannotEvaluate(ValueError):
     """The runs do not hold what a finding needs (a variant or a metric is missing)."""
 
 
+# What a perturbation is to the claim (robustness.py reads it):
+ROBUSTNESS = "robustness"  # a change within the claim's premise: the verdict should survive it
+SCOPE = "scope"  # a change that removes the premise (Xiong's Xavier init): a flip is what theory predicts
+DEPENDENCE = "dependence"  # a setup choice the source does not fix: the verdict names what it depends on
+KINDS = (ROBUSTNESS, SCOPE, DEPENDENCE)
+
+
 @dataclass(frozen=True)
 class Perturbation:
     """One change of a preset's setup, run as a second sweep beside the preset's own (robustness.py).
 
     `reuse` names the runs of the preset's own sweep that the change does not touch (config key → value,
     e.g. {"norm": "ln"} when only BatchNorm's statistics change): the perturbed sweep runs only the others
-    (its overrides narrow the sweep), and the perturbed verdict is computed on both together."""
+    (its overrides narrow the sweep), and the perturbed verdict is computed on both together.
+
+    `kind` says what the change is to the claim: a *robustness* change stays within the claim's premise
+    (width, the depths run, a learning rate where both arms train) and a flip under it weakens the verdict;
+    a *scope* change removes the premise (Xiong's theorem assumes Xavier init; GPT-2's init is not that),
+    so the report states it as the claim's scope ("holds only with …, as the theory predicts"), never as a
+    flip; a *dependence* is a setup choice the source does not fix (the init of a model whose paper does
+    not say), and when the verdict differs under it, the verdict names the dependence with both numbers.
+    `preset` names the preset's own value of what the change changes ("Xavier init, embeddings × √d"), for
+    the scope and dependence sentences."""
 
     label: str  # how the report names it: "lr × 2 (6e-3)"
     overrides: tuple[str, ...]  # Hydra overrides added to the preset's: ("optim.lr=6e-3",)
     why: str  # why this is the setting most likely to decide the verdict
     reuse: tuple[tuple[str, str], ...] = ()  # (key, value) of the preset's runs the change leaves alone
+    kind: str = ROBUSTNESS
+    preset: str = ""  # the preset's own setting of what changes, in words
+    setting: str = ""  # what it changes, in one or two words ("init"), for "depends on init"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"a perturbation's kind is one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.kind != ROBUSTNESS and not (self.preset and self.setting):
+            raise ValueError(f"a {self.kind} perturbation names the preset's setting and what it changes")
+
+
+@dataclass(frozen=True)
+class Subset:
+    """A robustness variation that costs no runs: the finding re-evaluated on part of its own runs (finding
+    1 on the depths from 6 up, where the depth exponent is an asymptotic statement)."""
+
+    label: str  # how the report names it: "depths 6–24 only"
+    keep: tuple[tuple[str, tuple[str, ...]], ...]  # (config key, the values kept)
+    why: str
 
 
 @dataclass(frozen=True)
@@ -75,6 +110,9 @@ class Measurement:
     file: str  # its file in the sweep directory: "profile_norm.json"
     take: Callable[[Sequence[str]], dict[str, Any]]  # the preset's overrides → a JSON-able result
     describe: Callable[[dict[str, Any]], list[str]] = _no_lines  # a few lines saying what was measured
+    # False: a file another machine's run drops in beside the sweep (finding 5's GPU measurement), read
+    # like one taken here but never taken by scripts/reproduce.py
+    taken: bool = True
 
 
 @dataclass(frozen=True)
@@ -102,6 +140,9 @@ class Finding:
     short: str = ""  # the claim in a few words, for the README's table
     # "can this happen here?" in one sentence, for a finding whose claim needs no precondition of its own
     can_happen: str = ""
+    # the claim as the source states it: quotes, each with its location (REPORT.md's "Claim as stated")
+    stated: str = ""
+    subsets: tuple[Subset, ...] = ()  # robustness variations on part of the runs (no new runs)
 
     @property
     def preset(self) -> str:
@@ -118,6 +159,8 @@ class Finding:
         plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
         extras: Extras = {}
         for m in self.measurements:
+            if not m.taken:
+                continue
             result = m.take(plain)
             write_text_atomic(Path(sweep_dir) / m.file, json.dumps(result, indent=2) + "\n")
             for line in m.describe(result):

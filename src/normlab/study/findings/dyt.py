@@ -8,11 +8,16 @@ wider models), untie the head and multiply the embedding by a learnable scalar i
 
 Measured here: final validation loss of Pre-LN models with LayerNorm and with DyT in every slot (the two
 norms of each block and the final one), over seeds — an equality claim, two one-sided tests against
-±0.05 nats (about 5 % in perplexity, the margin of the RMSNorm finding). The preset runs the authors'
-LLaMA recipe (`norm=dyt_llama`, untied, `model.learn_embed_scale`) and says where it departs; α₀ at this
-width, far below any the authors ran, is the robustness line (the best arm of a seed-0 calibration).
+±0.05 nats (about 5 % in perplexity, the margin of the RMSNorm finding). The claim is about where
+training ends, so the preset trains 2,000 steps (≈ 5 tokens per parameter; round 3's 300 steps compared
+how fast the two converge) and tunes the learning rate: each norm's rate is chosen on seed 0 over 1e-3,
+3e-3 and 1e-2 (the calibration), the sweep runs the two that matter on seeds 1–5, and the claim is judged
+at LayerNorm's tuned rate (the authors' protocol: "mostly without hyperparameter tuning", the normalised
+model's settings with α₀ tuned) — DyT at its own tuned rate, and both at each rate, are reported beside
+it. The preset runs the authors' LLaMA recipe (`norm=dyt_llama`, untied, `model.learn_embed_scale`) and
+says where it departs; α₀ at this width, far below any the authors ran, is the robustness line.
 "Can this happen here?" — an equality claim needs no phenomenon, only two models that learned; but the
-verdict is about d_model 64 and 300 steps, and says so: the authors' smallest LLaMA is 7B.
+verdict is about d_model 64 and 2,000 steps, and says so: the authors' smallest LLaMA is 7B.
 """
 
 from __future__ import annotations
@@ -21,53 +26,126 @@ from normlab.analysis.estimate import fmt_estimate
 from normlab.analysis.load import RunSet
 from normlab.analysis.plots import plot_loss
 from normlab.study.findings._compare import compare
-from normlab.study.findings._finding import Calibration, Drawn, Extras, Finding, Perturbation
+from normlab.study.findings._finding import Calibration, CannotEvaluate, Drawn, Extras, Finding, Perturbation
 from normlab.study.findings._format import CI_LABEL, diverged_count, fmt_series, per_seed
 from normlab.study.findings._learning import baseline_note, learned_count, require_learning
-from normlab.study.findings._runs import group_labels, loss_of, need, where
+from normlab.study.findings._runs import group_labels, has_key, loss_of, need, values, where
 from normlab.study.verdicts import CONFIDENCE, Outcome, equivalence_check
 
 LOSS_MARGIN = 0.05  # nats: |Δ loss| below this is "matches" (≈ 5 % in perplexity)
 NORMS = {"ln": "LayerNorm", "dyt": "DyT"}
+# the peak learning rate the seed-0 calibration (1e-3, 3e-3, 1e-2 at the preset's horizon) found best for
+# each norm; the claim is judged at LayerNorm's — the authors' protocol: the normalised model's
+# hyper-parameters, α₀ tuned for DyT — and DyT at its own best is reported beside it
+TUNED_LR = {"ln": 1e-2, "dyt": 1e-2}
+STATED_SOURCE = (
+    "abstract: “Transformers without normalization can match or exceed the performance of their normalized "
+    "counterparts, mostly without hyperparameter tuning”; the LLaMA comparison (7B–70B, the authors' "
+    "other_tasks/LLaMA recipe) — the loss where pre-training ends, at the normalised model's "
+    "hyper-parameters"
+)
+
+
+def _lrs(rs: RunSet) -> list[float]:
+    return [float(v) for v in values(rs, "optim.lr")] if has_key(rs, "optim.lr") else []
+
+
+def _at(rs: RunSet, norm: str, lr: float | None):
+    return loss_of(rs, norm=norm) if lr is None else loss_of(rs, norm=norm, **{"optim__lr": _as_run(rs, lr)})
+
+
+def _as_run(rs: RunSet, lr: float) -> str:
+    """The lr as the runs' config spells it (where compares as text)."""
+    for v in values(rs, "optim.lr"):
+        if abs(float(v) - lr) <= 1e-12 * max(1.0, lr):
+            return str(v)
+    return repr(lr)
+
+
+def tuned(rs: RunSet, norm: str) -> float | None:
+    """The rate a norm is judged at: the calibrated one when the sweep ran it, else the sweep's only rate
+    (None: the sweep does not vary it)."""
+    lrs = _lrs(rs)
+    if len(lrs) <= 1:
+        return None
+    want = TUNED_LR[norm]
+    if not any(abs(x - want) <= 1e-12 * max(1.0, want) for x in lrs):
+        raise CannotEvaluate(f"the sweep has no optim.lr={want:g}, the rate the calibration chose for {norm}")
+    return want
 
 
 def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     need(rs, "norm", list(NORMS))
-    loss = {n: loss_of(rs, norm=n) for n in NORMS}
+    lr = tuned(rs, "ln")
+    own = tuned(rs, "dyt")
+    steps = "/".join(str(v) for v in values(rs, "train.max_steps")) if has_key(rs, "train.max_steps") else "?"
+    at = f" at lr {lr:g} (LayerNorm's tuned rate)" if lr is not None else ""
+    loss = {n: _at(rs, n, lr) for n in NORMS}
     gap = compare(rs, loss["dyt"], loss["ln"])
     checks = [
         equivalence_check(
-            "DyT's final val loss matches LayerNorm's",
+            f"DyT's final val loss matches LayerNorm's{at}, after {steps} steps",
             "final val loss of DyT − LayerNorm (paired by seed); equal within "
             f"±{LOSS_MARGIN:g} nats by two one-sided tests",
             gap,
             margin=LOSS_MARGIN,
             unit="nats",
+            source=STATED_SOURCE,
         )
     ]
+    if lr is not None and own is not None and own != lr:
+        best = {"ln": loss["ln"], "dyt": _at(rs, "dyt", own)}
+        checks.append(
+            equivalence_check(
+                f"DyT at its own tuned rate ({own:g}) matches LayerNorm at its ({lr:g}) (not the authors' protocol)",
+                "final val loss of DyT − LayerNorm, each at its own calibrated rate (paired by seed); ±"
+                f"{LOSS_MARGIN:g} nats by two one-sided tests",
+                compare(rs, best["dyt"], best["ln"]),
+                margin=LOSS_MARGIN,
+                unit="nats",
+                counts=False,
+                source="ours: a fairer-to-DyT comparison than the paper's protocol, reported",
+            )
+        )
     table = []
     for n, label in NORMS.items():
-        runs = where(rs, norm=n)
-        table.append(
-            {
-                "norm": label,
-                "runs": len(runs),
-                "learned": learned_count(rs, runs),
-                "diverged": diverged_count(runs),
-                "final val loss": fmt_series(loss[n]),
-                "per run": per_seed(loss[n]),
-            }
+        for rate in _lrs(rs) or [None]:
+            runs = where(rs, norm=n) if rate is None else where(rs, norm=n, optim__lr=_as_run(rs, rate))
+            cell = _at(rs, n, rate)
+            row = {"norm": label}
+            if rate is not None:
+                row["peak lr"] = f"{rate:g}" + (" (tuned)" if rate == TUNED_LR[n] else "")
+            row.update(
+                {
+                    "runs": len(runs),
+                    "learned": learned_count(rs, runs),
+                    "diverged": diverged_count(runs),
+                    "final val loss": fmt_series(cell),
+                    "per run": per_seed(cell),
+                }
+            )
+            table.append(row)
+    gate = require_learning(
+        rs,
+        {
+            label: (where(rs, norm=n) if lr is None else where(rs, norm=n, optim__lr=_as_run(rs, lr)))
+            for n, label in NORMS.items()
+        },
+    )
+    notes = [f"DyT − LayerNorm{at} ({CI_LABEL}): {fmt_estimate(gap, CONFIDENCE)} nats.", *gate.notes]
+    for rate in _lrs(rs) if len(_lrs(rs)) > 1 else []:
+        other = compare(rs, _at(rs, "dyt", rate), _at(rs, "ln", rate))
+        notes.append(
+            f"At lr {rate:g}, DyT − LayerNorm: {fmt_estimate(other, CONFIDENCE)} nats (not counted)."
         )
-    gate = require_learning(rs, {label: where(rs, norm=n) for n, label in NORMS.items()})
-    notes = [f"DyT − LayerNorm ({CI_LABEL}): {fmt_estimate(gap, CONFIDENCE)} nats.", *gate.notes]
     dyt = where(rs, norm="dyt")
     slots = {}
     for slot in ("attn", "ffn", "final"):
         col = f"norm.alpha_{slot}"
-        values = dyt[col].dropna().tolist() if col in dyt.columns else []
-        if not values and "norm.alpha_init" in dyt.columns:
-            values = dyt["norm.alpha_init"].dropna().tolist()
-        slots[slot] = sorted({float(a) for a in values if isinstance(a, int | float)})
+        vals = dyt[col].dropna().tolist() if col in dyt.columns else []
+        if not vals and "norm.alpha_init" in dyt.columns:
+            vals = dyt["norm.alpha_init"].dropna().tolist()
+        slots[slot] = sorted({float(a) for a in vals if isinstance(a, int | float)})
     if any(slots.values()):
         notes.append(
             "DyT's α at init — attention / FFN / final norm: "
@@ -89,37 +167,38 @@ FINDING = Finding(
     "dyt_vs_ln",
     "DyT vs LayerNorm: loss",
     "Dynamic Tanh in place of every LayerNorm of a Pre-LN model, with the authors' LLaMA recipe (no β, α₀ per "
-    "slot, an untied head, a learnable √d embedding scale), reaches the same loss (within ±0.05 nats).",
+    "slot, an untied head, a learnable √d embedding scale), ends training at the same loss (within ±0.05 "
+    "nats) at the learning rate tuned for LayerNorm.",
     "Zhu et al. 2025, *Transformers without Normalization* (CVPR), as the authors' README puts it: models "
     'with DyT achieve "similar or better performance than their normalized counterparts".',
     False,
     evaluate,
     draw,
     perturbation=Perturbation(
-        "α₀ 0.8 / 0.4 / 0.4 (FFN and final × 2: the calibration's best)",
+        "α₀ 0.8 / 0.4 / 0.4 (FFN and final × 2: round 3's calibration's best)",
         ("norm=dyt_llama", "norm.alpha_ffn=0.4", "norm.alpha_final=0.4"),
         "the authors set α₀ per slot and per width, larger for narrower models, and d_model 64 is far below "
-        "any width they ran: α₀ is the setting most likely to close the gap. The arm is the best of the seed-0 "
-        "calibration; the LayerNorm runs are the preset's own.",
+        "any width they ran: α₀ is the setting most likely to close the gap. The arm is the best of round 3's "
+        "seed-0 α₀ calibration (300 steps, lr 3e-3: 0.8 / 0.4 gave 2.915 against 3.006 for the authors' "
+        "0.8 / 0.2; α₀ moved the loss by about 0.15 nats over a 4× range of each); the LayerNorm runs are the "
+        "preset's own.",
         reuse=(("norm", "ln"),),
     ),
     calibration=Calibration(
         seeds=(0,),
-        overrides=(
-            "norm=dyt_llama",
-            "norm.alpha_attn=0.8,1.6,3.2",
-            "norm.alpha_ffn=0.2,0.4,0.8",
-            "norm.alpha_final=${norm.alpha_ffn}",
-            "seed=0",
-        ),
-        arms="seed 0, the preset's recipe otherwise (our runs, 2026-11-26): final val loss by α₀ attention / "
-        "FFN = final — 0.8 / 0.2 (the authors' 7B): 3.006; 0.8 / 0.4: 2.915; 0.8 / 0.8: 2.937; 1.6 / 0.2: "
-        "3.016; 1.6 / 0.4: 2.930; 1.6 / 0.8: 2.969; 3.2 / 0.2: 3.071; 3.2 / 0.4: 2.979; 3.2 / 0.8: 3.011. α₀ "
-        "moves the loss by about 0.15 nats over a 4 × range of each.",
-        chosen="the authors' 7B values (0.8 / 0.2 / 0.2) in the preset, their recipe as written; the best arm "
-        "(0.8 / 0.4 / 0.4) in the robustness line.",
+        overrides=("norm=ln,dyt_llama", "optim.lr=1e-3,3e-3,1e-2", "seed=0"),
+        arms="seed 0, the preset's recipe and horizon (2,000 steps) otherwise (our runs, 2026-11-27): final val "
+        "loss at peak lr 1e-3 / 3e-3 / 1e-2 — LayerNorm 1.157 / 0.813 / 0.723, DyT 2.035 / 1.184 / 0.856.",
+        chosen=f"each norm's lowest: LayerNorm lr {TUNED_LR['ln']:g}, DyT lr {TUNED_LR['dyt']:g} (TUNED_LR): "
+        "the same rate, and the grid's highest, so a higher one was not tried — the optimum may lie above it "
+        "(finding 7's 300-step grid, another model, trained worse at 3e-2 than at 1e-2); the sweep runs 3e-3 "
+        "and 1e-2 on seeds 1–5, and the claim is judged at 1e-2.",
     ),
     short="DyT in every norm slot reaches LayerNorm's loss (±0.05 nats)",
     paper_scale="LLaMA 7B–70B (the authors' LLaMA runs), and vision and speech models elsewhere in the paper.",
-    can_happen="An equality claim needs no phenomenon, only two models that learned (checked); its verdict is about d_model 64 and 300 steps, far below the authors' smallest LLaMA (7B), and says no more than that.",
+    can_happen="An equality claim needs no phenomenon, only two models that learned (checked) and a horizon that reaches the end of training, not its start: 2,000 steps with the schedule decayed to its floor (≈ 5 tokens per parameter; round 3's 300 steps tested early convergence). Its verdict is about d_model 64 at that horizon, far below the authors' smallest LLaMA (7B, 200B tokens), and says no more than that.",
+    stated="“By incorporating DyT, Transformers without normalization can match or exceed the performance of "
+    "their normalized counterparts, mostly without hyperparameter tuning” (abstract, arXiv 2503.10622); the "
+    "authors' README: models with DyT achieve “similar or better performance than their normalized "
+    "counterparts”.",
 )

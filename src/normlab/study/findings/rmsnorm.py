@@ -37,6 +37,14 @@ from normlab.study.findings._learning import baseline_note, learned_count, requi
 from normlab.study.findings._runs import group_labels, loss_of, need, where
 from normlab.study.verdicts import Check, Outcome, Precondition, check, equivalence_check, undecided
 
+LOSS_SOURCE = (
+    "abstract: “RMSNorm achieves comparable performance against LayerNorm” — the models' quality at the "
+    "end of training (their tasks' metrics; here the final validation loss)"
+)
+SPEED_SOURCE = (
+    "abstract: RMSNorm “reduces the running time by 7%~64% on different models” — the running time of "
+    "the same model with either norm"
+)
 LOSS_MARGIN = 0.05  # nats: |Δ loss| below this is "comparable" (≈ 5 % in perplexity)
 # the paper's smallest reported saving is 7 % of the running time (t_RMS = 0.93 · t_LN): log(1 / 0.93)
 SMALLEST_SAVING = 0.07
@@ -81,6 +89,10 @@ def describe_speed(result: dict[str, Any]) -> list[str]:
 
 
 SPEED = Measurement("speed", "norm_share.json", take_speed, describe_speed)
+# the same measurement from a run on the claim's device (a GPU: `python -m normlab.bench.norm_share --device
+# cuda --json …/sweeps/rmsnorm_speed/norm_share.device.json`), dropped in beside the sweep and read as the
+# finding reads its own file; when present, the speed half is decided on it, the sweep machine's beside it
+SPEED_DEVICE = Measurement("speed_device", "norm_share.device.json", take_speed, describe_speed, taken=False)
 
 
 def speed_precondition(speed: dict[str, Any] | None) -> tuple[Precondition, Check | None]:
@@ -114,6 +126,31 @@ def speed_precondition(speed: dict[str, Any] | None) -> tuple[Precondition, Chec
 
 
 def evaluate(rs: RunSet, extras: Extras) -> Outcome:
+    """The finding decided on the claim's device when a measurement from one is beside the sweep
+    (`SPEED_DEVICE`), with the verdict the sweep machine's own measurement gives beside it."""
+    device = extras.get(SPEED_DEVICE.key)
+    if not device:
+        return _evaluate(rs, extras, extras.get(SPEED.key))
+    outcome = _evaluate(rs, extras, device)
+    own = extras.get(SPEED.key)
+    other = _evaluate(rs, extras, own)
+    where = (
+        f"{own.get('device')} ({own.get('device_name', '?')})"
+        if own
+        else "the sweep's machine (not measured)"
+    )
+    outcome.notes.insert(
+        0,
+        f"**Verdict by device.** On {device.get('device_name')} ({device.get('device')}, "
+        f"{device.get('precision')}, torch {device.get('torch')}; {SPEED_DEVICE.file}): **{outcome.verdict}** "
+        f"({outcome.parts}). On {where}, the sweep's own measurement ({SPEED.file}): **{other.verdict}** "
+        f"({other.parts}). The loss half is the same runs in both; the speed half is decided where both "
+        "norms are fused kernels.",
+    )
+    return outcome
+
+
+def _evaluate(rs: RunSet, extras: Extras, speed: dict[str, Any] | None) -> Outcome:
     need(rs, "norm", ["ln", "rms"])
     loss = {n: loss_of(rs, norm=n) for n in ("ln", "rms")}
     tps = {n: where(rs, norm=n)["tokens_per_s"].astype(float) for n in ("ln", "rms")}
@@ -125,20 +162,21 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             compare(rs, loss["rms"], loss["ln"]),
             margin=LOSS_MARGIN,
             unit="nats",
+            source=LOSS_SOURCE,
         )
     ]
     profile = extras.get("profile")
-    speed = extras.get("speed")
     possible, _ = speed_precondition(speed)
     speed_name = "RMSNorm's training step is at least 7 % faster than LayerNorm's"
     if speed and speed.get("device") == CLAIM_DEVICE:
         checks.append(
             check(
-                speed_name,
+                speed_name + f" (on {speed.get('device_name')})",
                 f"log(t_LN / t_RMS) of the step time on {speed.get('device_name')}, blocks of steps "
                 "alternating ABBA; mean over block pairs; positive = RMSNorm faster",
                 estimate(speed["log_ratio"]),
                 margin=SPEED_MARGIN,
+                source=SPEED_SOURCE,
             )
         )
     else:
@@ -151,6 +189,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 cpu,
                 "not measured on a device where both norms are fused kernels",
                 margin=SPEED_MARGIN,
+                source=SPEED_SOURCE,
             )
         )
     checks.append(
@@ -196,10 +235,11 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             "the FLOPs, because such elementwise operations are bound by data movement rather than arithmetic "
             "(Ivanov et al. 2021, *Data Movement Is All You Need*, abstract)."
         )
-    if speed:
-        notes.append(
-            f"Speed measurement ({SPEED.file}, normlab.bench.norm_share): {'; '.join(describe_speed(speed))}."
-        )
+    for m in (SPEED, SPEED_DEVICE):
+        if extras.get(m.key):
+            notes.append(
+                f"Speed measurement ({m.file}, normlab.bench.norm_share): {'; '.join(describe_speed(extras[m.key]))}."
+            )
     gate = require_learning(rs, {"LayerNorm": where(rs, norm="ln"), "RMSNorm": where(rs, norm="rms")})
     notes += gate.notes
     if (base := baseline_note(rs)) is not None:
@@ -256,7 +296,7 @@ FINDING = Finding(
     True,
     evaluate,
     draw,
-    measurements=(PROFILE, SPEED),
+    measurements=(PROFILE, SPEED, SPEED_DEVICE),
     perturbation=Perturbation(
         "lr × 3 (1e-2)",
         ("optim.lr=1e-2",),
@@ -264,5 +304,7 @@ FINDING = Finding(
         "the learning rate is the setting most likely to separate the two losses.",
     ),
     short="RMSNorm matches LayerNorm's loss and saves ≥ 7 % of a step",
+    stated="“RMSNorm achieves comparable performance against LayerNorm but reduces the running time by "
+    "7%~64% on different models” (abstract, NeurIPS 2019).",
     paper_scale="RNN and Transformer models of several tasks, their running time cut by 7 %–64 % (abstract); the claim needs a device where normalization is a sizeable share of a step.",
 )

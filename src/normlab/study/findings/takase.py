@@ -17,11 +17,11 @@ run: the ratio of the first block's gradient to the last block's early in traini
 gradient norm, and a spike score of the loss curve — the largest rise of the loss above the median of
 the 10 steps before it, in units of that residual's robust spread (1.4826 × MAD) over the run.
 
-"Scaled Embed prevents loss spikes" needs spikes without it (the precondition): the Vanilla runs' spike
-score must exceed what noise alone gives — the 95 % quantile of the largest of n independent standard
-normal residuals, n the number of steps scored (≈ 3.6 for 290 steps; its median is ≈ 2.9, which is
-what a spike-free curve scores). Without spikes the finding is *not tested here*; its gradient checks
-still say what the runs show.
+"Scaled Embed prevents loss spikes" needs spikes without it (the precondition of that part): the Vanilla
+runs' spike score must exceed what noise alone gives — the 95 % quantile of the largest of n independent
+standard normal residuals, n the number of steps scored (≈ 3.6 for 290 steps; its median is ≈ 2.9, which
+is what a spike-free curve scores). Without spikes that part is *not tested here*; the gradient checks —
+the paper's mechanism, which needs no spike to be measured — decide the verdict.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from normlab.study.findings._finding import Calibration, Drawn, Extras, Finding,
 from normlab.study.findings._format import diverged_count, fmt_series
 from normlab.study.findings._learning import baseline_note, learned_count, require_learning
 from normlab.study.findings._runs import group_labels, loss_of, need, run_metric, summary_value, values, where
-from normlab.study.verdicts import Outcome, Precondition, check
+from normlab.study.verdicts import Outcome, Precondition, check, untested
 
 VANILLA, SCALED = "1.0", "sqrt_d"  # the paper's two variants, by model.embed_scale
 LABELS = {VANILLA: "Vanilla", SCALED: "Scaled Embed (× √d)"}
@@ -125,6 +125,22 @@ def _init_note(rs: RunSet) -> str | None:
     return None
 
 
+RATIO_SOURCE = (
+    "abstract: spikes come from “the sudden growth of the gradient norm”, kept small by “small sub-layers "
+    "and large shortcut”; the mechanism, Xiong et al. 2020 Lemma 3: LayerNorm's Jacobian ∝ √d / ‖x‖, so a "
+    "small stream meets large gradients in the first blocks — block 0's gradient against the last's"
+)
+GRAD_SOURCE = (
+    "abstract: “Based on the assumption that the loss spike is caused by the sudden growth of the gradient "
+    "norm, we explore factors to keep the gradient norm small” — the gradient norm, Vanilla against "
+    "Scaled Embed"
+)
+SPIKE_SOURCE = (
+    "abstract: “methods satisfying the conditions effectively prevent loss spikes”; Fig. 1: Vanilla's "
+    "spikes early in training (1.7B configuration) — the loss curve's spikes"
+)
+
+
 def evaluate(rs: RunSet, extras: Extras) -> Outcome:
     need(rs, "embed_scale", [VANILLA, SCALED])
     scales = [str(v) for v in values(rs, "embed_scale")]
@@ -161,7 +177,33 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             }
         )
 
+    spiky = check(
+        "Vanilla (N(0, 0.02) embeddings, unscaled) has loss spikes",
+        "spike score − the 95 % quantile of the largest of n standard normals (n = steps scored), "
+        "Vanilla runs (mean over seeds)",
+        estimate(excess[VANILLA]),
+    )
+    # the spikes are the premise of the spike part only: the gradient checks test the paper's mechanism,
+    # which needs no spike to be measured (round 3 hid their decided negative behind this precondition)
+    spikes_happen = Precondition.shown_by(
+        spiky,
+        "The paper's spikes come from 1.7B-parameter models over thousands of steps; a longer horizon "
+        "or a larger learning rate might provoke them here (the preset's comment says what was tried).",
+        part="check 3, the spikes",
+    )
+
     def checks_against(small: str, large: str, counts: bool, tag: str = "") -> list:
+        removes = check(
+            tag + "Scaling the embeddings up removes the loss spikes",
+            f"spike score (largest rise of the loss above its running median of {SPIKE_WINDOW} steps, "
+            f"in robust-noise units): embed_scale={small} − embed_scale={large} (paired by seed)",
+            compare(rs, score[small], score[large]),
+            margin=SPIKE_MARGIN,
+            counts=counts,
+            source=SPIKE_SOURCE,
+        )
+        if not spikes_happen.met:
+            removes = untested(removes, "Vanilla has no loss spikes here (precondition)")
         return [
             check(
                 tag + "Small embeddings give larger early-layer gradients",
@@ -170,6 +212,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 compare(rs, ratio[small], ratio[large]),
                 margin=RATIO_MARGIN,
                 counts=counts,
+                source=RATIO_SOURCE,
             ),
             check(
                 tag + "Small embeddings give a larger gradient norm",
@@ -178,33 +221,15 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 compare(rs, grad[small], grad[large]),
                 margin=GRAD_MARGIN,
                 counts=counts,
+                source=GRAD_SOURCE,
             ),
-            check(
-                tag + "Scaling the embeddings up removes the loss spikes",
-                f"spike score (largest rise of the loss above its running median of {SPIKE_WINDOW} steps, "
-                f"in robust-noise units): embed_scale={small} − embed_scale={large} (paired by seed)",
-                compare(rs, score[small], score[large]),
-                margin=SPIKE_MARGIN,
-                counts=counts,
-            ),
+            removes,
         ]
 
     checks = checks_against(VANILLA, SCALED, True)
     for other in others:
         checks += checks_against(VANILLA, other, False, f"[× {other}, std 1] ")
-    spiky = check(
-        "Vanilla (N(0, 0.02) embeddings, unscaled) has loss spikes",
-        "spike score − the 95 % quantile of the largest of n standard normals (n = steps scored), "
-        "Vanilla runs (mean over seeds)",
-        estimate(excess[VANILLA]),
-    )
-    preconditions = [
-        Precondition.shown_by(
-            spiky,
-            "The paper's spikes come from 1.7B-parameter models over thousands of steps; a longer horizon "
-            "or a larger learning rate might provoke them here (the preset's comment says what was tried).",
-        )
-    ]
+    preconditions = [spikes_happen]
     gate = require_learning(rs, {f"embed_scale={s}": where(rs, embed_scale=s) for s in [VANILLA, SCALED]})
     notes = [n for n in [_init_note(rs)] if n] + gate.notes
     if (base := baseline_note(rs)) is not None:
@@ -250,5 +275,11 @@ FINDING = Finding(
         chosen="lr 1e-2: higher than the project default, where spikes are likelier, and every arm learns.",
     ),
     short="Small unscaled embeddings give larger early-layer gradients and loss spikes; Scaled Embed prevents the spikes",
+    stated="“Based on the assumption that the loss spike is caused by the sudden growth of the gradient "
+    "norm, we explore factors to keep the gradient norm small through an analysis of the spectral norms of "
+    "the Jacobian matrices for the sub-layers. Our findings suggest that stabilizing the pre-training "
+    "process requires two conditions: small sub-layers and large shortcut … methods satisfying the "
+    "conditions effectively prevent loss spikes during pre-training” (abstract, arXiv 2312.16903 v4); Fig. 1: "
+    "“In Vanilla, some spikes occur at the beginning of the training”.",
     paper_scale="pre-training runs of models with widths near 2,000 and 24 layers or more.",
 )

@@ -17,6 +17,7 @@ embedding, `embed/effective_rank`, relative to step 0.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,7 @@ from normlab.study.findings._compare import compare
 from normlab.study.findings._finding import Calibration, CannotEvaluate, Drawn, Extras, Finding, Perturbation
 from normlab.study.findings._format import CI_LABEL, diverged_count, fmt_series
 from normlab.study.findings._learning import baseline_note, learned_count, require_learning
-from normlab.study.findings._runs import end_loss, need, run_metric, unigram_loss, where
+from normlab.study.findings._runs import end_loss, has_key, need, run_metric, unigram_loss, values, where
 from normlab.study.verdicts import CONFIDENCE, EQUALITY, Outcome, check, equivalence_check, undecided
 
 TIE = "model.tie_embeddings"
@@ -40,6 +41,7 @@ RESCUE_MARGIN = 0.1  # nats: untying must buy at least this much (twice the proj
 DECAY_MARGIN = math.log(2.0)  # log units: each block at most half the gradient of the one above it
 RANK_MARGIN = math.log(1.25)  # log units: the embedding's effective rank falls by at least a fifth
 EARLY_FRACTION = 0.2
+OURS = "ours: observed in this project (issue 8), no published source"
 
 VARIANTS = {
     "Pre-LN, tied": ("ln", "pre", True),
@@ -147,6 +149,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             )
         return equivalence_check(name, statistic, estimate(gap[label]), margin=PLATEAU_MARGIN, unit="nats")
 
+    depth = "/".join(str(v) for v in values(rs, "depth")) if has_key(rs, "depth") else "?"
+    lr = "/".join(f"{float(v):g}" for v in values(rs, "optim.lr")) if has_key(rs, "optim.lr") else "?"
     checks = [plateau_check("Post-LN, tied")]
     if "DeepNorm, tied" in present:
         checks.append(plateau_check("DeepNorm, tied"))
@@ -159,11 +163,13 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             unit="nats",
         ),
         check(
-            "Untying the LM head rescues Post-LN",
+            f"Untying the LM head rescues Post-LN (at depth {depth}, lr {lr})",
             "final val loss, Post-LN tied − untied (paired by seed)",
             compare(rs, loss["Post-LN, tied"], loss["Post-LN, untied"]),
             margin=RESCUE_MARGIN,
             unit="nats",
+            source=OURS
+            + "; its scope: finding 3's calibration has an untied Post-LN at depth 24 on the same plateau",
         ),
         check(
             "Mechanism: in tied Post-LN the lower blocks' gradient decays from the top",
@@ -196,6 +202,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 f"the runs have no '{names.EMBED_EFFECTIVE_RANK}' metric at step 0 and later",
             )
         )
+    checks = [c if c.source else replace(c, source=OURS) for c in checks]
     table = []
     for label, runs in present.items():
         table.append(
@@ -300,8 +307,9 @@ FINDING = Finding(
     "tied_embedding_collapse",
     "Tied small embeddings stall Post-LN at the unigram plateau (observed here)",
     "With a tied LM head and N(0, 0.02) embeddings, Post-LN (and DeepNorm) stay at the corpus's unigram "
-    "loss while Pre-LN with the same embeddings learns and an untied head rescues Post-LN; in the tied "
-    "Post-LN model the gradient decays block by block from the top and the embedding matrix loses rank.",
+    "loss while Pre-LN with the same embeddings learns and, at depth 8 and lr 1e-2, an untied head rescues "
+    "Post-LN; in the tied Post-LN model the gradient decays block by block from the top and the embedding "
+    "matrix loses rank.",
     "Observed here: earlier reproductions in this project attributed this to Post-LN itself (issue 8).",
     False,
     evaluate,
@@ -324,5 +332,5 @@ FINDING = Finding(
     ),
     short="Tied small embeddings hold Post-LN and DeepNorm at the unigram plateau while Pre-LN learns",
     paper_scale="our own observation, at this scale only; the paper-scale preset runs GPT-2 small's shape, where tied N(0, 0.02) embeddings are GPT-2's own.",
-    can_happen="The stall is the claim itself (our observation); the tied Pre-LN and untied Post-LN controls show that a model of this depth learns at this learning rate, so a stall is the tied head's doing, not the setting's. Its scope is one depth (8) and one learning rate (1e-2); the robustness line runs lr ÷ 10.",
+    can_happen="The stall is the claim itself (our observation); the tied Pre-LN and untied Post-LN controls show that a model of this depth learns at this learning rate, so a stall is the tied head's doing, not the setting's. Its scope is one depth (8) and one learning rate (1e-2): the robustness line runs lr ÷ 10, where the tied Post-LN learns; and \"untying rescues Post-LN\" holds at depth 8 / lr 1e-2 only — finding 3's calibration (seed 0, depth 24, warm-up 30) has an untied Post-LN on the same unigram plateau at lr 1e-3 and 5e-3 (round 3: 5.755 and 5.753 nats; this run's arms are in finding 3's calibration table).",
 )

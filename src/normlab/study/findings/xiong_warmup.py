@@ -28,6 +28,11 @@ from normlab.study.findings._learning import baseline_note, learned_count, requi
 from normlab.study.findings._runs import group_labels, loss_of, need, values, where
 from normlab.study.verdicts import CONFIDENCE, Outcome, Precondition, check
 
+CLOSES_SOURCE = (
+    "§3.2 and Fig. 2: on IWSLT14 De-En the Post-LN Transformer reaches BLEU 8.45 without the warm-up stage, "
+    "about 34 with it — the final quality with and without warm-up (here the final validation loss)"
+)
+
 # The paper's gap is in BLEU (8.45 without warm-up against ≈ 34 with it, Fig. 2), not a loss we can carry
 # over: a gap (or a remaining gap) under 0.05 nats (≈ 5 % in perplexity) does not count as one.
 GAP_MARGIN = 0.05
@@ -64,6 +69,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         ),
         margin=GAP_MARGIN,
         unit="nats",
+        source=CLOSES_SOURCE,
     )
     fails = Precondition.shown_by(
         gap,
@@ -136,5 +142,8 @@ FINDING = Finding(
         "the gap exists and whether warm-up closes it.",
     ),
     short="Without warm-up Post-LN ends worse than Pre-LN; warm-up closes most of the gap",
+    stated="“the Post-LN Transformer cannot be trained with a large learning rate from scratch” and reaches "
+    "BLEU 8.45 without the warm-up stage against about 34 with it (§3.2, Fig. 2, IWSLT14 De-En); the Pre-LN "
+    "Transformer without warm-up reaches results comparable to the baseline with it (§4, Fig. 4).",
     paper_scale="IWSLT14 De-En translation Transformers (§3.2, Fig. 2) and BERT pre-training (§4), trained for thousands of steps.",
 )

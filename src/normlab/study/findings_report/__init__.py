@@ -29,7 +29,7 @@ from normlab.study.findings_report.overview import (
 )
 from normlab.study.findings_report.pilot import COLUMN, load_pilot, pilot_cell, pilot_section
 from normlab.study.findings_report.section import calibration_table, finding_section, short_scale
-from normlab.study.robustness import calibration_dir, robustness_of
+from normlab.study.robustness import calibration_dir, dependence_verdict, robustness_of
 from normlab.study.timings import load_timings
 from normlab.study.verdicts import RULE, Outcome
 
@@ -83,8 +83,9 @@ def build_report(
                 filename = f"{name}_{fkey}.png"
                 save(fig, report_dir / filename, dpi=FIGURE_DPI)
                 figures.append((filename, caption))
-        verdicts[name] = outcome.verdict
         robust = robustness_of(name, rs, outcome.verdict, sweeps / name, outcome) if rs is not None else None
+        depends = dependence_verdict(finding, robust)
+        verdicts[name] = depends.split(":", 1)[0] if depends else outcome.verdict
         calibration = calibration_table(calibration_dir(sweeps / name))
         sections += finding_section(
             finding, rs, outcome, figures, record, error, report_dir.resolve(), robust, calibration

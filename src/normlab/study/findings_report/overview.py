@@ -17,7 +17,7 @@ from normlab.analysis.estimate import fmt_estimate
 from normlab.analysis.sweep_report import md_table
 from normlab.study.findings import Finding
 from normlab.study.findings_report.section import shipped
-from normlab.study.robustness import Robustness
+from normlab.study.robustness import Robustness, dependence_verdict
 from normlab.study.timings import fmt_duration
 from normlab.study.verdicts import ALPHA, CONFIDENCE, NOT_TESTED, SETUP_FAILED, Outcome
 
@@ -33,7 +33,7 @@ def summary_row(
         f"[{finding.number}](#{finding.number}-{_anchor(finding.title)})",
         finding.title + (" (core)" if finding.core else ""),
         finding.cite,
-        f"**{outcome.verdict}**",
+        verdict_cell(finding, outcome, robust),
         outcome.parts,
         scale,
         robust.summary if robust is not None else "–",
@@ -48,16 +48,29 @@ def readme_row(finding: Finding, outcome: Outcome, scale: str, robust: Robustnes
         finding.short or finding.title,
         "**observed here**" if finding.ours else finding.cite,
         f"`{finding.name}`" + (" (core)" if finding.core else ""),
-        headline(outcome),
+        headline(outcome, dependence_verdict(finding, robust)),
         scale,
         robust.summary if robust is not None else "–",
     ]
 
 
-def headline(outcome: Outcome) -> str:
+def verdict_cell(finding: Finding, outcome: Outcome, robust: Robustness | None) -> str:
+    """The summary table's verdict: 'depends on init' when a setup choice the source does not fix changes
+    it, and the part left untested when the verdict rests on part of the claim."""
+    depends = dependence_verdict(finding, robust)
+    if depends is not None:
+        return f"**{depends.split(':', 1)[0]}**"
+    return f"**{outcome.verdict}**" + (f" (in part{outcome.in_part})" if outcome.in_part else "")
+
+
+def headline(outcome: Outcome, depends: str | None = None) -> str:
     """The verdict and the numbers behind it, in one cell: the unmet precondition of a *not tested here*,
-    else each counted check's estimate against its rule."""
-    verdict = f"**{outcome.verdict}**"
+    else each counted check's estimate against its rule; a verdict that depends on a setup choice says
+    so with both numbers."""
+    if depends is not None:
+        head, _, rest = depends.partition(": ")
+        return f"**{head}**: {rest}"
+    verdict = f"**{outcome.verdict}**" + (f" (in part{outcome.in_part})" if outcome.in_part else "")
     if outcome.verdict == NOT_TESTED and outcome.unmet:
         pre = outcome.unmet[0]
         numbers = (
@@ -73,6 +86,16 @@ def headline(outcome: Outcome) -> str:
         f"({c.verdict})"
         for c in outcome.checks
         if c.counts
+    ]
+    parts += [
+        f"not shown — {p.name[0].lower()}{p.name[1:]}"
+        + (
+            f" ({fmt_estimate(p.check.est, CONFIDENCE, 2, unit=p.check.unit, significant=True)})"
+            if p.check
+            else ""
+        )
+        for p in outcome.unmet
+        if p.part
     ]
     return f"{verdict}: " + "; ".join(parts) if parts else verdict
 
@@ -116,9 +139,12 @@ def readme_intro(report: Path, readme: Path, command: str | None, totals: str) -
         + (f" ({totals.split(': ', 1)[1].rstrip('.')})" if totals else "")
         + f". Intervals are two-sided {100 * CONFIDENCE:.0f} % (one-sided tests at {100 * ALPHA:g} %); each check's rule is its margin, the "
         "smallest effect that counts. *Not tested here*: the phenomenon the claim is about did not happen "
-        'at this scale (the report says what would make it happen). "Robustness": the verdict with any '
-        "one seed dropped and under the one change of setup each finding names; *cannot move it* marks a "
-        "variation that leaves what the verdict rests on unchanged."
+        "at this scale (the report says what would make it happen); *in part*: a part of the claim whose "
+        'premise did not happen is not tested, the other parts decide. "Robustness": the verdict with any '
+        "one seed dropped and under the one change of setup within the claim's premise each finding names; "
+        "*cannot move it* marks a variation that leaves what the verdict rests on unchanged. A change that "
+        "removes the premise is the claim's scope, in the report; *depends on …* names a setup choice the "
+        "source does not fix that changes the verdict."
     )
 
 

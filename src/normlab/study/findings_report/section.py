@@ -20,9 +20,10 @@ from normlab.analysis.load import NoRunsFound, RunSet, load_runs, short_names
 from normlab.analysis.sweep_report import md_table
 from normlab.configs import CONFIG_DIR
 from normlab.study.findings import Finding
+from normlab.study.findings._finding import ROBUSTNESS, SCOPE
 from normlab.study.findings._format import fmt_series
 from normlab.study.findings._learning import learned_count
-from normlab.study.robustness import Robustness
+from normlab.study.robustness import Robustness, dependence_verdict
 from normlab.study.timings import MEASURE_S, fmt_duration
 from normlab.study.verdicts import CONFIDENCE, Check, Outcome
 
@@ -151,6 +152,7 @@ def checks_table(checks: Sequence[Check]) -> str:
             [
                 str(i),
                 c.name + ("" if c.counts else " *(not counted)*"),
+                c.source or "–",
                 c.statistic,
                 fmt_estimate(c.est, CONFIDENCE, unit=c.unit),
                 _fmt_df(c.est.df),
@@ -161,7 +163,8 @@ def checks_table(checks: Sequence[Check]) -> str:
     headers = [
         "#",
         "check",
-        "statistic",
+        "where the source states it, and its statistic",
+        "our statistic",
         f"estimate [{ci_label(CONFIDENCE)}]",
         "df",
         "claim tested",
@@ -200,16 +203,9 @@ def finding_section(
     else:
         lines += [f"**Claim.** {finding.claim}", ""]
     lines += [f"**Source.** {finding.source}", ""]
-    where = f" at {scale_of(rs)}" if rs is not None else ""
-    lines += [f"**Verdict: {outcome.verdict}**{where} ({outcome.parts}).", ""]
-    if robust is not None:
-        line = f"**Robustness: {robust.summary}.**"
-        detail = robust.details()
-        if detail:
-            line += " Verdict with " + "; ".join(detail) + "."
-        if finding.perturbation is not None:
-            line += f" Why {finding.perturbation.label}: {finding.perturbation.why}"
-        lines += [line, ""]
+    if finding.stated:
+        lines += [f"**Claim as stated.** {finding.stated}", ""]
+    lines += verdict_lines(finding, rs, outcome, robust)
     if finding.paper_scale:
         lines += [
             f"**Scale.** This verdict: {scale_of(rs) if rs is not None else '–'} (CPU). The source's "
@@ -252,7 +248,7 @@ def finding_section(
             timing += f" (over {record['sessions']} sessions)"
         measured = record.get(MEASURE_S, record.get("profile_s"))
         if measured is not None:
-            what = ", ".join(m.key for m in finding.measurements) or "measurements"
+            what = ", ".join(m.key for m in finding.measurements if m.taken) or "measurements"
             timing += f" (sweep {fmt_duration(record.get('sweep_s'))}, {what} {fmt_duration(measured)})"
         if record.get("perturbed"):
             timing += f", of which {fmt_duration(record['perturbed'].get('wall_s'))} for the perturbed sweep"
@@ -269,19 +265,66 @@ def finding_section(
         lines += [f"Setup failed — {note}", ""]
     if outcome.setup_failures:
         lines += ["Runs that learned nothing cannot test the claim, so the verdict is *setup failed*.", ""]
+    lines += precondition_lines(outcome)
+    for note in outcome.notes:
+        lines += [note, ""]
+    if outcome.checks:
+        lines += ["**Checks.**", "", checks_table(outcome.checks), ""]
+    return lines
+
+
+def precondition_lines(outcome: Outcome) -> list[str]:
+    """'Can this happen here?' for each precondition: of the whole claim, or of one part of it (which
+    leaves that part untested and the others deciding)."""
+    lines = []
     for pre in outcome.preconditions:
+        premise = f" (the premise of {pre.part})" if pre.part else ""
         if pre.met:
-            lines += [f"Can this happen here? Yes — {_sentence(pre.name)}: {pre.observed}.", ""]
+            lines += [f"Can this happen here? Yes — {_sentence(pre.name)}{premise}: {pre.observed}.", ""]
+        elif pre.part:
+            lines += [
+                f"Can this happen here? Not shown for {pre.part} — {_sentence(pre.sentence)} That part is "
+                "therefore *not tested here*; the other parts decide the verdict.",
+                "",
+            ]
         else:
             lines += [
                 f"Can this happen here? Not shown — {_sentence(pre.sentence)} The verdict is therefore "
                 "*not tested here*.",
                 "",
             ]
-    for note in outcome.notes:
-        lines += [note, ""]
-    if outcome.checks:
-        lines += ["**Checks.**", "", checks_table(outcome.checks), ""]
+    return lines
+
+
+def verdict_lines(
+    finding: Finding, rs: RunSet | None, outcome: Outcome, robust: Robustness | None
+) -> list[str]:
+    """The verdict (naming what it depends on, when a setup choice the source does not fix changes it),
+    the robustness line, and the scope line of a perturbation that removes the claim's premise."""
+    where = f" at {scale_of(rs)}" if rs is not None else ""
+    depends = dependence_verdict(finding, robust)
+    if depends is not None:
+        head, _, rest = depends.partition(": ")
+        lines = [f"**Verdict: {head}**{where} — {rest}.", ""]
+    else:
+        lines = [f"**Verdict: {outcome.verdict}**{where} ({outcome.parts}).", ""]
+    if robust is None:
+        return lines
+    p = finding.perturbation
+    line = f"**Robustness: {robust.summary}.**"
+    detail = robust.details()
+    if detail:
+        line += " Verdict with " + "; ".join(detail) + "."
+    if p is not None and p.kind == ROBUSTNESS:
+        line += f" Why {p.label}: {p.why}"
+    for s in finding.subsets:
+        line += f" Why {s.label}: {s.why}"
+    lines += [line, ""]
+    scope = robust.scope_lines(p)
+    if p is not None and p.kind != ROBUSTNESS and (scope or depends):
+        label = "Scope" if p.kind == SCOPE else "Dependence"
+        text = "; ".join(scope) if scope else f"the verdict names it (under {p.label}: see above)"
+        lines += [f"**{label}: {text}.** Why {p.label}: {p.why}", ""]
     return lines
 
 
