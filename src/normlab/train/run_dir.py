@@ -36,6 +36,7 @@ import contextlib
 import errno
 import json
 import logging
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +52,10 @@ from normlab.summary import SUMMARY_FILE
 log = logging.getLogger("normlab")
 
 LOCK_FILE = ".run.lock"
+# room kept on the disk for the final summary.json while a run trains: a disk that fills up (metrics.jsonl
+# stopped by ENOSPC) still gets the summary saying so, instead of the `running` of a killed process
+RESERVE_FILE = ".summary.reserve"
+RESERVE_BYTES = 64 * 1024
 METRICS_FILE = "metrics.jsonl"
 SAMPLE_FILE = "sample.txt"
 # OSErrors that mean "the disk", not a bug: full, over quota, read-only, gone
@@ -89,6 +94,23 @@ def holds_results(directory: Path) -> bool:
 
     checkpoints = directory / CHECKPOINT_DIR
     return (directory / METRICS_FILE).exists() or (checkpoints.is_dir() and any(checkpoints.glob("*.pt")))
+
+
+def read_reason(directory: Path) -> str | None:
+    """summary.json's reason (why the run did not complete), None where it has none."""
+    try:
+        summary = json.loads((directory / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    reason = summary.get("reason") if isinstance(summary, dict) else None
+    return reason if isinstance(reason, str) and reason.strip() else None
+
+
+def _clause(reason: str) -> str:
+    """The first clause of a run's reason, as the cause in a sentence ("Could not write …/metrics.jsonl (No
+    space left on device)")."""
+    first = reason.strip().split("; ")[0].rstrip(".")
+    return first if len(first) <= 200 else first[:197] + "…"
 
 
 def read_status(directory: Path) -> tuple[str | None, int]:
@@ -296,7 +318,11 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
     It resumes from the newest readable checkpoint whose steps metrics.jsonl has every row of, so that a
     truncated or deleted metrics.jsonl never leaves a hole: the steps without rows are trained again (from
     an older step checkpoint, or from step 0 when none is old enough)."""
-    from normlab.train.checkpoint import CHECKPOINT_DIR, newest  # here: a sweep's parent needs torch only now
+    from normlab.train.checkpoint import (  # here: a sweep's parent needs torch only now
+        CHECKPOINT_DIR,
+        newest,
+        same_history,
+    )
 
     status, steps = read_status(directory)
     if check_lock and directory.is_dir() and in_use(directory):
@@ -307,7 +333,8 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         )
     if status is None and not holds_results(directory):
         return Plan(START, "not started yet: starting it", status=None)
-    logged = training_steps(directory)
+    losses = training_losses(directory)
+    logged = list(losses)
     covered = rows_cover(logged)
     finished = status in FINISHED and (status == "diverged" or max_steps is None or steps >= max_steps)
     if finished and (status == "diverged" or covered >= steps):
@@ -321,12 +348,20 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
     elif status in (None, "running"):
         why = "left running by a process that ended without saving (SIGKILL, out of memory, power loss)"
     else:
-        why = f"ended as {status}"
-    found = newest(directory / CHECKPOINT_DIR)
+        why = f"ended as {status}" + (f" ({_clause(reason)})" if (reason := read_reason(directory)) else "")
+    # only a checkpoint of the history metrics.jsonl holds (never one a rewind left behind)
+    ours = lambda state: same_history(state, losses)  # noqa: E731
+    found = newest(directory / CHECKPOINT_DIR, belongs=ours)
+    other = newest(directory / CHECKPOINT_DIR)
+    if other is not None and (found is None or other[1] > found[1]):
+        why += (
+            f", but {CHECKPOINT_DIR}/{other[0].name} (step {other[1]}) belongs to another history than "
+            "metrics.jsonl's rows (its last row's loss differs), so it is not continued"
+        )
     if found is not None and found[1] > covered:  # its rows are not all there: an older checkpoint, or none
         holes = describe_steps(missing_steps(logged, found[1]))
         why += f", but metrics.jsonl has no rows for steps {holes}"
-        found = newest(directory / CHECKPOINT_DIR, at_most=covered)
+        found = newest(directory / CHECKPOINT_DIR, at_most=covered, belongs=ours)
         if found is not None:
             why += f", so they are trained again from {CHECKPOINT_DIR}/{found[0].name}"
     if found is None:
@@ -348,6 +383,18 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
 
 def training_steps(directory: Path) -> list[int]:
     """The steps of metrics.jsonl's training rows (those with a loss), in file order; torn lines left out."""
+    return [step for step, _ in _training_rows(directory)]
+
+
+def training_losses(directory: Path) -> dict[int, object]:
+    """step → loss of metrics.jsonl's training rows (the first row of a step, where one is repeated)."""
+    losses: dict[int, object] = {}
+    for step, loss in _training_rows(directory):
+        losses.setdefault(step, loss)
+    return losses
+
+
+def _training_rows(directory: Path) -> list[tuple[int, object]]:
     from normlab.metrics import names
     from normlab.metrics.sinks import read_rows
 
@@ -356,12 +403,12 @@ def training_steps(directory: Path) -> list[int]:
         lines, _ = read_rows(path)
     except OSError:
         return []
-    steps = []
+    rows = []
     for line in lines:
         row = json.loads(line)
         if names.LOSS in row:
-            steps.append(int(row[names.STEP]))
-    return steps
+            rows.append((int(row[names.STEP]), row[names.LOSS]))
+    return rows
 
 
 def rows_cover(steps: list[int]) -> int:
@@ -393,6 +440,31 @@ def describe_steps(gaps: list[tuple[int, int]]) -> str:
     """[(70, 159), (200, 200)] → "70–159 and 200"."""
     parts = [f"{a}–{b}" if b > a else str(a) for a, b in gaps]
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Room for the final summary.json
+# ----------------------------------------------------------------------------------------------------
+
+
+def reserve_room(directory: Path) -> None:
+    """Keep RESERVE_BYTES of the disk for the run's final summary.json (best effort: a disk already too
+    full for it is left alone, and the run goes on)."""
+    path = directory / RESERVE_FILE
+    try:
+        with path.open("wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)  # written, not sparse: the blocks are the run's
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+def free_room(directory: Path) -> None:
+    """Give the kept room back, just before the final summary.json is written into it."""
+    with contextlib.suppress(OSError):
+        (directory / RESERVE_FILE).unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------------------------------

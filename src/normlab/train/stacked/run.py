@@ -109,6 +109,7 @@ class MemberRun(Run):
     def callbacks(self, view: MemberView) -> list[Callback]:
         """What its run alone hands Trainer.fit (Run._fit): metrics.jsonl, W&B, progress, checkpoints."""
         resume_step = view.step if self.ckpt is not None else None
+        self._retire_abandoned()
         mark = {names.RESUME_CHANGED: 1} if self.decision.changes else {}
         if self.decision.missing:
             mark[names.RESUME_GAP] = 1
