@@ -91,13 +91,16 @@ class SweepProgress(Callback):
             os.write(fd, f"{hydra_cfg.job.num}\n".encode())
         finally:
             os.close(fd)
-        # each job once (a job's ending recorded twice, or a skipped one run after all, is one job), never
-        # beyond the total
-        done = len(set((sweep_dir / DONE_FILE).read_text().split()))
-        if state.get("total"):
-            done = min(done, state["total"])
+        done = done_count(sweep_dir, state.get("total"))
         elapsed = time.time() - state["started"] if state.get("started") else 0.0
         print(progress_line(done, state.get("total"), label, elapsed), file=sys.stderr, flush=True)
+
+
+def done_count(sweep_dir: Path, total: int | None) -> int:
+    """The jobs that have ended: each job once (its ending recorded twice, or a skipped one run after all,
+    is one job), never more than the sweep's `total`."""
+    done = len(set((sweep_dir / DONE_FILE).read_text().split()))
+    return min(done, total) if total else done
 
 
 def mark_done(sweep_dir: Path, nums: list[int]) -> None:

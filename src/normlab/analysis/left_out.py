@@ -67,6 +67,15 @@ def lines(rs: RunSet) -> list[str]:
             f"{of} of the sweep in {sweep} have no run directory yet (not started){which}; the sweep's continue "
             "command (its command with train.resume=auto) runs them."
         )
+    if "rows_repeated" in rs.runs:
+        repeated = rs.runs[rs.runs["rows_repeated"].fillna(0) > 0]
+        if not repeated.empty:
+            items = [f"{run} ({int(n)} extra rows)" for run, n in repeated["rows_repeated"].items()]
+            out.append(
+                f"{len(items)} run(s) have more than one training row for a step in metrics.jsonl (a row copied, "
+                f"or two histories mixed): {_listed(items)}. Their curves keep the last row of each step; the "
+                "Warnings section says which steps."
+            )
     left = unfinished(rs)
     if not left.empty:
         items = [how_far(str(run), row) for run, row in left.iterrows()]

@@ -108,9 +108,9 @@ class Checkpoint:
 
 
 def _read(path: Path, mmap: bool = False, verify: bool = False) -> dict[str, Any]:
-    """The checkpoint's state. `mmap` maps its tensors instead of reading them, which reads none of their
-    bytes: `verify` then checks every byte against the CRC-32 the archive records (a file whose data was
-    damaged while its index stayed whole opens, and fails only when its tensors are read)."""
+    """The checkpoint's state. `verify` first checks every byte against the CRC-32 the archive records:
+    torch.load checks none of them, so a file whose tensor data was damaged while its index stayed whole
+    loads as garbage weights (or, memory-mapped, opens, and fails only when a damaged header is read)."""
     if verify:
         damaged = _damaged_member(path)
         if damaged is not None:
@@ -286,10 +286,11 @@ def find_checkpoint(resume: str | os.PathLike[str], mmap: bool = False) -> Check
         )
     if path.is_file():
         try:
-            return Checkpoint(path, _read(path, mmap=mmap, verify=mmap))
+            return Checkpoint(path, _read(path, mmap=mmap, verify=True))
         except Exception as exc:
             raise UserError(
-                f"The checkpoint {_unreadable(path, exc)}: it is truncated or not a normlab checkpoint; resume "
+                f"The checkpoint {_unreadable(path, exc)}: it is damaged (cut short, or its bytes changed) or not "
+                "a normlab checkpoint; resume "
                 "from another checkpoint (train.resume=FILE) or start afresh without train.resume."
             ) from None
     directory = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
@@ -309,7 +310,7 @@ def find_checkpoint(resume: str | os.PathLike[str], mmap: bool = False) -> Check
     problems = []
     for p in files:
         try:
-            found = Checkpoint(p, _read(p, mmap=mmap, verify=mmap))
+            found = Checkpoint(p, _read(p, mmap=mmap, verify=True))
         except Exception as exc:
             problems.append(_unreadable(p, exc))
             continue

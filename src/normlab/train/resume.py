@@ -36,6 +36,13 @@ from normlab.errors import InvalidConfig, UserError
 from normlab.summary import SUMMARY_FILE
 from normlab.train import checkpoint
 from normlab.train.checkpoint import CHECKPOINT_DIR, EXPERIMENT_KEY, Checkpoint
+from normlab.train.logged_rows import (
+    describe_steps,
+    missing_steps,
+    rows_cover,
+    training_losses,
+    training_steps,
+)
 from normlab.train.run_dir import (
     AUTO,
     RESUME,
@@ -43,13 +50,8 @@ from normlab.train.run_dir import (
     START,
     claim_run_dir,
     continues,
-    describe_steps,
     holds_results,
-    missing_steps,
     plan,
-    rows_cover,
-    training_losses,
-    training_steps,
     unclaim,
 )
 

@@ -47,7 +47,7 @@ from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink
 from normlab.metrics.wandb_sink import WandbSink
-from normlab.summary import SUMMARY_FILE, RunSummary
+from normlab.summary import SUMMARY_FILE, RunSummary, free_room
 from normlab.train import checkpoint, memory, outcome, step_time
 from normlab.train.build import device_label, log_model, pick_device, run_corpus
 from normlab.train.callbacks import Callback, Checkpoints, LoopResult
@@ -55,7 +55,7 @@ from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
 from normlab.train.loop import Trainer
 from normlab.train.progress import ProgressBar, ProgressLog
 from normlab.train.resume import Decision, LeftAsItWas
-from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory, free_room
+from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory
 from normlab.train.run_end import ResumeCommand, RunEnd
 from normlab.train.run_start import RunStart
 from normlab.train.sample import generate

@@ -36,7 +36,6 @@ import contextlib
 import errno
 import json
 import logging
-import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,10 +51,6 @@ from normlab.summary import SUMMARY_FILE
 log = logging.getLogger("normlab")
 
 LOCK_FILE = ".run.lock"
-# room kept on the disk for the final summary.json while a run trains: a disk that fills up (metrics.jsonl
-# stopped by ENOSPC) still gets the summary saying so, instead of the `running` of a killed process
-RESERVE_FILE = ".summary.reserve"
-RESERVE_BYTES = 64 * 1024
 METRICS_FILE = "metrics.jsonl"
 SAMPLE_FILE = "sample.txt"
 # OSErrors that mean "the disk", not a bug: full, over quota, read-only, gone
@@ -96,13 +91,17 @@ def holds_results(directory: Path) -> bool:
     return (directory / METRICS_FILE).exists() or (checkpoints.is_dir() and any(checkpoints.glob("*.pt")))
 
 
-def read_reason(directory: Path) -> str | None:
-    """summary.json's reason (why the run did not complete), None where it has none."""
+def _summary(directory: Path) -> dict:
     try:
         summary = json.loads((directory / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
-        return None
-    reason = summary.get("reason") if isinstance(summary, dict) else None
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def read_reason(directory: Path) -> str | None:
+    """summary.json's reason (why the run did not complete), None where it has none."""
+    reason = _summary(directory).get("reason")
     return reason if isinstance(reason, str) and reason.strip() else None
 
 
@@ -115,12 +114,7 @@ def _clause(reason: str) -> str:
 
 def read_status(directory: Path) -> tuple[str | None, int]:
     """(summary.json's status, its steps), or (None, 0) where there is no readable summary."""
-    try:
-        summary = json.loads((directory / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        return None, 0
-    if not isinstance(summary, dict):
-        return None, 0
+    summary = _summary(directory)
     try:
         steps = int(summary.get("steps") or 0)
     except (TypeError, ValueError):
@@ -320,7 +314,9 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
     an older step checkpoint, or from step 0 when none is old enough)."""
     from normlab.train.checkpoint import (  # here: a sweep's parent needs torch only now
         CHECKPOINT_DIR,
+        candidates,
         newest,
+        readable,
         same_history,
     )
 
@@ -333,6 +329,8 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         )
     if status is None and not holds_results(directory):
         return Plan(START, "not started yet: starting it", status=None)
+    from normlab.train.logged_rows import describe_steps, missing_steps, rows_cover, training_losses
+
     losses = training_losses(directory)
     logged = list(losses)
     covered = rows_cover(logged)
@@ -364,7 +362,16 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         found = newest(directory / CHECKPOINT_DIR, at_most=covered, belongs=ours)
         if found is not None:
             why += f", so they are trained again from {CHECKPOINT_DIR}/{found[0].name}"
+    every = candidates(directory / CHECKPOINT_DIR)
+    newer = every[: every.index(found[0])] if found is not None else every
+    damaged = [p.name for p in newer if not readable(p)]
+    if damaged:
+        why += f", but {', '.join(f'{CHECKPOINT_DIR}/{n}' for n in damaged)} cannot be read (damaged)"
     if found is None:
+        if every:
+            return Plan(
+                START, f"{why}; no checkpoint it can continue, so it starts again from step 0", status=status
+            )
         return Plan(START, f"{why}; no checkpoint was saved, so it starts again from step 0", status=status)
     path, step = found
     return Plan(
@@ -374,97 +381,6 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         step=step,
         status=status,
     )
-
-
-# ----------------------------------------------------------------------------------------------------
-# metrics.jsonl against the steps a checkpoint holds: every step exactly once
-# ----------------------------------------------------------------------------------------------------
-
-
-def training_steps(directory: Path) -> list[int]:
-    """The steps of metrics.jsonl's training rows (those with a loss), in file order; torn lines left out."""
-    return [step for step, _ in _training_rows(directory)]
-
-
-def training_losses(directory: Path) -> dict[int, object]:
-    """step → loss of metrics.jsonl's training rows (the first row of a step, where one is repeated)."""
-    losses: dict[int, object] = {}
-    for step, loss in _training_rows(directory):
-        losses.setdefault(step, loss)
-    return losses
-
-
-def _training_rows(directory: Path) -> list[tuple[int, object]]:
-    from normlab.metrics import names
-    from normlab.metrics.sinks import read_rows
-
-    path = directory / METRICS_FILE
-    try:
-        lines, _ = read_rows(path)
-    except OSError:
-        return []
-    rows = []
-    for line in lines:
-        row = json.loads(line)
-        if names.LOSS in row:
-            rows.append((int(row[names.STEP]), row[names.LOSS]))
-    return rows
-
-
-def rows_cover(steps: list[int]) -> int:
-    """The first step without a row, counting from the first row's step (0 for a run's own rows; a run that
-    continued another directory's checkpoint starts later): a checkpoint at or before it leaves no hole."""
-    present = set(steps)
-    step = min(present) if present else 0
-    while step in present:
-        step += 1
-    return step
-
-
-def missing_steps(steps: list[int], before: int) -> list[tuple[int, int]]:
-    """The runs of steps below `before` that have no row, as (first, last) pairs, from the first row's step."""
-    present = set(steps)
-    start = min(present) if present else 0
-    gaps: list[tuple[int, int]] = []
-    for step in range(start, before):
-        if step in present:
-            continue
-        if gaps and gaps[-1][1] == step - 1:
-            gaps[-1] = (gaps[-1][0], step)
-        else:
-            gaps.append((step, step))
-    return gaps
-
-
-def describe_steps(gaps: list[tuple[int, int]]) -> str:
-    """[(70, 159), (200, 200)] → "70–159 and 200"."""
-    parts = [f"{a}–{b}" if b > a else str(a) for a, b in gaps]
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
-# ----------------------------------------------------------------------------------------------------
-# Room for the final summary.json
-# ----------------------------------------------------------------------------------------------------
-
-
-def reserve_room(directory: Path) -> None:
-    """Keep RESERVE_BYTES of the disk for the run's final summary.json (best effort: a disk already too
-    full for it is left alone, and the run goes on)."""
-    path = directory / RESERVE_FILE
-    try:
-        with path.open("wb") as f:
-            f.write(b"\0" * RESERVE_BYTES)  # written, not sparse: the blocks are the run's
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError:
-        with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)
-
-
-def free_room(directory: Path) -> None:
-    """Give the kept room back, just before the final summary.json is written into it."""
-    with contextlib.suppress(OSError):
-        (directory / RESERVE_FILE).unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------------------------------

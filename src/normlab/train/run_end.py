@@ -26,7 +26,7 @@ from normlab.train.callbacks import LoopResult
 from normlab.train.checkpoint import CHECKPOINT_DIR, Checkpoint
 from normlab.train.loop import Trainer
 from normlab.train.outcome import Ending
-from normlab.train.run_dir import METRICS_FILE, free_room, reserve_room
+from normlab.train.run_dir import METRICS_FILE
 from normlab.train.signals import StopRequest
 
 # Builds the command that continues a run: (run dir, train.resume value or None for a fresh start) → str.
@@ -53,12 +53,7 @@ class RunEnd:
             **fields, started_at=round(self.started, 3), wall_time_s=round(time.time() - self.started, 3)
         )
         if self.dist.is_main:
-            final = self.summary.status != "running"
-            if final:  # the room kept for it (a full disk still gets the summary that says so)
-                free_room(self.run_dir)
             self.summary.write(self.run_dir)
-            if not final:
-                reserve_room(self.run_dir)
         if self.summary.status != "running":  # the final summary: later signals change nothing
             self.stop.settle(self.summary.status)
         return self.summary

@@ -26,8 +26,8 @@ from normlab.summary import RunSummary
 from normlab.train import checkpoint, diagnosis
 from normlab.train import resume as resumes
 from normlab.train.checkpoint import Checkpoint
+from normlab.train.logged_rows import describe_steps
 from normlab.train.resume import Decision, LeftAsItWas, ResumeRefused
-from normlab.train.run_dir import describe_steps
 
 log = logging.getLogger("normlab")
 
