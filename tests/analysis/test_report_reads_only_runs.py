@@ -23,13 +23,11 @@ NETRC = "machine example.org login me password hunter2-netrc-password"
 
 
 def compare(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "compare.py"), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
     )
 
 

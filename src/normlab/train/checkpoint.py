@@ -27,7 +27,7 @@ import os
 import re
 import time
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,35 +153,35 @@ def candidates(directory: Path) -> list[Path]:
 def readable(path: Path) -> bool:
     """Whether `path` opens as a normlab checkpoint whose bytes are all whole (its tensors checked against
     their checksums, not loaded)."""
+    return opened(path) is not None and whole(path)
+
+
+def opened(path: Path) -> dict[str, Any] | None:
+    """The checkpoint's state with its tensors memory-mapped (none of their bytes read), None where it does
+    not open as a normlab checkpoint."""
     try:
-        _read(path, mmap=True, verify=True)
+        return _read(path, mmap=True)
     except Exception:
+        return None
+
+
+def whole(path: Path) -> bool:
+    """Whether every byte of the checkpoint matches the CRC-32 its archive records (it reads the file)."""
+    try:
+        return _damaged_member(path) is None
+    except OSError:
         return False
-    return True
 
 
-def newest(
-    directory: Path,
-    at_most: int | None = None,
-    belongs: Callable[[Mapping[str, Any]], bool] | None = None,
-) -> tuple[Path, int] | None:
+def newest(directory: Path, at_most: int | None = None) -> tuple[Path, int] | None:
     """The newest readable checkpoint in `directory` (RUN_DIR/checkpoints) and its step, or None; with
-    `at_most`, the newest of those at or before that step; with `belongs`, the newest whose state it accepts
-    (train.resume=auto: of the history metrics.jsonl holds). Readable: every byte whole, so that a file whose
+    `at_most`, the newest of those at or before that step. Readable: every byte whole, so that a file whose
     tensor data was damaged is passed over here rather than failing the resume that picked it."""
     for p in candidates(directory):
-        try:
-            state = _read(p, mmap=True)
-            step = int(state["step"])
-            if at_most is not None and step > at_most:
-                continue
-            if belongs is not None and not belongs(state):
-                continue
-            if _damaged_member(p) is not None:  # checked last: it reads the whole file
-                continue
-        except Exception:  # a damaged file (a truncated copy): an older one may do
-            continue
-        return p, step
+        state = opened(p)
+        if state is None or (at_most is not None and int(state["step"]) > at_most) or not whole(p):
+            continue  # a damaged file (a truncated copy): an older one may do
+        return p, int(state["step"])
     return None
 
 

@@ -309,16 +309,11 @@ class Plan:
 def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> Plan:
     """What `train.resume=auto` does with `directory`. `check_lock=False` when the caller holds its lock.
 
-    It resumes from the newest readable checkpoint whose steps metrics.jsonl has every row of, so that a
-    truncated or deleted metrics.jsonl never leaves a hole: the steps without rows are trained again (from
-    an older step checkpoint, or from step 0 when none is old enough)."""
-    from normlab.train.checkpoint import (  # here: a sweep's parent needs torch only now
-        CHECKPOINT_DIR,
-        candidates,
-        newest,
-        readable,
-        same_history,
-    )
+    It resumes from the newest checkpoint that is whole (every byte), of the history metrics.jsonl holds,
+    and whose steps metrics.jsonl has every row of (normlab.train.logged_rows.continuable), so that a
+    truncated or deleted metrics.jsonl never leaves a hole — the steps without rows are trained again (from
+    an older step checkpoint, or from step 0 when none is old enough) — and two histories never mix."""
+    from normlab.train.checkpoint import CHECKPOINT_DIR, candidates  # here: a sweep's parent needs torch now
 
     status, steps = read_status(directory)
     if check_lock and directory.is_dir() and in_use(directory):
@@ -329,7 +324,7 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         )
     if status is None and not holds_results(directory):
         return Plan(START, "not started yet: starting it", status=None)
-    from normlab.train.logged_rows import describe_steps, missing_steps, rows_cover, training_losses
+    from normlab.train.logged_rows import continuable, rows_cover, training_losses
 
     losses = training_losses(directory)
     logged = list(losses)
@@ -347,28 +342,10 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         why = "left running by a process that ended without saving (SIGKILL, out of memory, power loss)"
     else:
         why = f"ended as {status}" + (f" ({_clause(reason)})" if (reason := read_reason(directory)) else "")
-    # only a checkpoint of the history metrics.jsonl holds (never one a rewind left behind)
-    ours = lambda state: same_history(state, losses)  # noqa: E731
-    found = newest(directory / CHECKPOINT_DIR, belongs=ours)
-    other = newest(directory / CHECKPOINT_DIR)
-    if other is not None and (found is None or other[1] > found[1]):
-        why += (
-            f", but {CHECKPOINT_DIR}/{other[0].name} (step {other[1]}) belongs to another history than "
-            "metrics.jsonl's rows (its last row's loss differs), so it is not continued"
-        )
-    if found is not None and found[1] > covered:  # its rows are not all there: an older checkpoint, or none
-        holes = describe_steps(missing_steps(logged, found[1]))
-        why += f", but metrics.jsonl has no rows for steps {holes}"
-        found = newest(directory / CHECKPOINT_DIR, at_most=covered, belongs=ours)
-        if found is not None:
-            why += f", so they are trained again from {CHECKPOINT_DIR}/{found[0].name}"
-    every = candidates(directory / CHECKPOINT_DIR)
-    newer = every[: every.index(found[0])] if found is not None else every
-    damaged = [p.name for p in newer if not readable(p)]
-    if damaged:
-        why += f", but {', '.join(f'{CHECKPOINT_DIR}/{n}' for n in damaged)} cannot be read (damaged)"
+    found, note = continuable(directory / CHECKPOINT_DIR, losses, covered)
+    why += note
     if found is None:
-        if every:
+        if candidates(directory / CHECKPOINT_DIR):
             return Plan(
                 START, f"{why}; no checkpoint it can continue, so it starts again from step 0", status=status
             )
