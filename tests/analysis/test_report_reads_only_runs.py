@@ -197,7 +197,12 @@ def test_a_sweep_that_has_not_written_a_run_yet_gets_a_report_that_says_so(tmp_p
     assert (sweep / "report" / "report.html").is_file()
 
 
-def test_a_report_that_cannot_be_written_leaves_no_folder(tmp_path):
+def test_a_report_that_cannot_be_written_leaves_no_folder(fresh_sweep, tmp_path):
+    """On main a report that failed half-way (here an unknown --grid key; there, No objects to concatenate)
+    left an empty report/ folder behind."""
+    proc = compare(str(fresh_sweep.path), "--grid", "nosuchkey,depth")
+    assert proc.returncode == 2 and "no config key 'nosuchkey'" in proc.stderr, proc.stderr
+    assert not (fresh_sweep.path / "report").exists()
     empty = tmp_path / "nothing-here"
     empty.mkdir()
     proc = compare(str(empty))

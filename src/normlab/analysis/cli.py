@@ -35,7 +35,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         description="Compare runs: group them by the config values that differ, average seeds (mean ± std), "
         "and write figures, report.md (with sentences stating each effect and its 95%% CI), report.html (the "
         "same, one self-contained file), summary.csv and runs.csv. Reads metrics.jsonl, summary.json and "
-        ".hydra/config.yaml only.",
+        ".hydra/ only, each a regular file inside its run directory (no symbolic link followed); names the "
+        "runs it cannot read, the runs not finished and a sweep's jobs not started.",
     )
     parser.add_argument("paths", nargs="+", metavar="SWEEP_OR_RUN_DIR", help="sweep or run directories")
     parser.add_argument(
