@@ -8,8 +8,10 @@ against an uninterrupted sweep (tools/soak/ has the details).
     python scripts/soak_sweep.py --workdir outputs/soak --json soak.json
 
 Besides signals, about a third of the M faults are file faults between invocations (a metrics.jsonl cut
-mid-row, a newest checkpoint cut short, the continue command started twice at once); then pairs of single
-runs started together into one directory and, as root (a tmpfs is mounted), a full disk.
+mid-row, a newest checkpoint cut short or its tensor data damaged, a job rewound into another history with
+its new last.pt cut short, the continue command started twice at once); then pairs of single runs started
+together into one directory, signals just after a single run and the finished sweep ended, and, as root (a
+tmpfs is mounted), a full disk.
 
 Prints one line per fault and the result line, e.g. `faults survived: 19 of 19 (signal 10/10, …), steps
 lost: 0, mislabelled configs: 0 (…)`; exits 1 if any fault was not survived, a job did not complete or
@@ -61,6 +63,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-disk-full", action="store_true", help="leave out the full-disk fault (it needs root)"
     )
     p.add_argument(
+        "--after-end",
+        type=int,
+        default=2,
+        help="signals just after the command ended: alternately to a single run and to the finished sweep",
+    )
+    p.add_argument(
+        "--stacked-bit-identical",
+        action="store_true",
+        help="--launcher stacked: require every job bit-identical (once issue 39 point 8, restacking, is in); "
+        "without it a job equal within float tolerance only is counted apart",
+    )
+    p.add_argument(
         "--launcher",
         choices=("joblib", "stacked"),
         default="joblib",
@@ -89,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         concurrent_runs=args.concurrent_runs,
         disk_full=not args.no_disk_full,
         launcher=args.launcher,
+        after_end=args.after_end,
+        stacked_bit_identical=args.stacked_bit_identical,
     )
     print(f"soak in {workdir} (sweep output: {workdir / 'soak.log'})", flush=True)
     result = soak(spec)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,17 @@ CONFIGS = ROOT / "configs"
 
 # A tiny model on a tiny slice of the embedded corpus: every knob still goes through the real config tree.
 TINY = [*SHORT, *CORPUS, "train.sample_tokens=4"]
+
+
+@pytest.fixture(autouse=True)
+def stop_signal_handlers_restored() -> Iterator[None]:
+    """train.py run in this process leaves its command's last handlers (a signal after the command ended is
+    ignored until the process exits): pytest gets its own back after each test."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    before = {s: signal.getsignal(s) for s in signals}
+    yield
+    for s, handler in before.items():
+        signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")

@@ -87,3 +87,20 @@ def test_allocation_failures_are_recognised_through_wrappers():
         assert memory.out_of_memory(wrapped)
     assert memory.out_of_memory(RuntimeError("[enforce fail] DefaultCPUAllocator: not enough memory"))
     assert not memory.out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_a_model_too_deep_for_any_batch_is_refused_naming_the_depth(make_cfg):
+    """The issue's `depth=100000` with its tiny settings (d_model 32, batch 4, window 32): activations are
+    most of what is needed, but even train.batch_size=1 does not fit, so "lower train.batch_size" (what main
+    said) only led to a second refusal naming the depth (issue 39, point 10)."""
+    overrides = ("depth=100000", "model.d_model=32", "model.n_heads=2", "train.batch_size=4")
+    cfg = checked(make_cfg(*overrides))
+    est = memory.estimate(cfg)
+    host = est.model_state + est.activations // 8  # more than the model, less than it with one sequence
+    assert est.activations > est.model_state and est.model_state * 2 < est.total
+    problem = memory.refusal(cfg, est, host=host, device=None)
+    assert problem is not None and problem.key == "depth", str(problem)
+    assert str(problem).endswith("; lower depth or model.d_model.")
+    # where one sequence does fit, the batch is still the one to lower
+    problem = memory.refusal(cfg, est, host=est.model_state + est.activations // 2, device=None)
+    assert problem is not None and problem.key == "train.batch_size"

@@ -24,6 +24,13 @@ def test_preset_params_and_command_line_combine_and_the_command_line_wins():
     assert count_jobs(config(["seed=0,1"], params)) == 8  # seed overridden: 2 values instead of 3
 
 
+def test_the_sweep_records_its_jobs_overrides():
+    """What a report on the sweep reads to name the jobs without a run directory (issue 40, point 2)."""
+    from normlab.sweep_progress import sweep_jobs
+
+    assert sweep_jobs(config(["norm=ln,rms", "seed=0"])) == [["norm=ln", "seed=0"], ["norm=rms", "seed=0"]]
+
+
 def test_other_sweepers_have_no_total():
     assert count_jobs(config(["optim.lr=0.1,0.2"], target="hydra_plugins.optuna.OptunaSweeper")) is None
 
@@ -63,3 +70,28 @@ def test_one_sweep_line_for_the_jobs_running_side_by_side(tmp_path):
         "2/6 done · 60 s elapsed, about 66 s left"
     )
     assert out.getvalue() == line + "\n"
+
+
+def test_the_progress_lines_never_pass_their_totals(tmp_path):
+    """A job whose last row is its final evaluation (step = max_steps) read "151/150" (issue 39, point 10),
+    and a job's ending recorded twice counted twice."""
+    import io
+    import json
+
+    from normlab.sweep_progress import DONE_FILE
+    from normlab.sweeps.jobs import Job
+    from normlab.sweeps.live import SweepTicker
+
+    run = tmp_path / "0_ln-pre"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("train:\n  max_steps: 150\n")
+    rows = [{"step": s, "loss": 3.0} for s in range(150)] + [{"step": 150, "val_loss": 3.1}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ticker = SweepTicker(tmp_path, total=2, every_s=30, out=io.StringIO())
+    line = ticker.tick({0: Job(0, [])}, done=3, now=ticker.started + 60)
+    assert line is not None and "#0 ln-pre 150/150" in line and "2/2 done" in line
+
+    from normlab.sweep_progress import done_count
+
+    (tmp_path / DONE_FILE).write_text("0\n1\n1\n")  # job 1's ending recorded twice
+    assert done_count(tmp_path, total=3) == 2 and done_count(tmp_path, total=1) == 1

@@ -30,13 +30,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from normlab import distributed, requeue, suggest
 from normlab.commands import hydra_value, sweep_command
 from normlab.errors import UserError
 from normlab.train.run_dir import claim_sweep_dir, release_claims
-from normlab.train.signals import handlers_restored
+from normlab.train.signals import ignored_from_now
 
 log = logging.getLogger("normlab")
 
@@ -260,23 +260,49 @@ class RunDirGuard(Callback):
         if directory is not None:
             from normlab.train.resume import admit  # here: it needs torch, which `--help` does not
 
-            self._claim(lambda: admit(Path(directory), _select(config, "train.resume"), config))
+            decision = self._claim(
+                lambda: admit(Path(directory), _select(config, "train.resume"), config), config
+            )
+            if decision is not None and decision.skip:  # the run there is finished: it stays as it is
+                write_nothing(config)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         directory = _select(config, "hydra.sweep.dir")
         if directory is not None:
             resume = _select(config, "train.resume")
-            self._claim(lambda: claim_sweep_dir(Path(directory), resume, lambda: sweep_command(config)))
+            self._claim(
+                lambda: claim_sweep_dir(Path(directory), resume, lambda: sweep_command(config)), config
+            )
 
     @staticmethod
-    def _claim(claim: Callable[[], Any]) -> None:
+    def _claim(claim: Callable[[], Any], config: DictConfig) -> Any:
         try:
-            claim()
+            return claim()
         except UserError as e:
+            from normlab.config.environment import shown_as_written
+
             release_claims()
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {shown_as_written(str(e), config)}", file=sys.stderr)
             # SystemExit, not an Exception: Hydra turns a callback's exceptions into warnings
             raise SystemExit(EXIT_FAILED) from None
+
+
+def write_nothing(config: DictConfig) -> None:
+    """Keep Hydra from writing into the run directory for this job: no `.hydra/` (its config.yaml would
+    say the skipped command's settings) and no train.log (its lines would be appended to the run's). For a
+    `train.resume=auto` that finds its run finished: the run directory stays byte for byte as it was."""
+    with open_dict(config), read_write(config):
+        config.hydra.output_subdir = None
+        logging_cfg = OmegaConf.select(config, "hydra.job_logging")
+        if not isinstance(logging_cfg, DictConfig):
+            return
+        handlers = logging_cfg.get("handlers") or {}
+        files = [name for name, h in handlers.items() if "filename" in (h or {})]
+        for name in files:
+            del handlers[name]
+        for logger in [logging_cfg.get("root"), *(logging_cfg.get("loggers") or {}).values()]:
+            if isinstance(logger, DictConfig) and logger.get("handlers") is not None:
+                logger.handlers = [h for h in logger.handlers if h not in files]
 
 
 def _select(config: DictConfig, key: str) -> str | None:
@@ -365,13 +391,16 @@ def join_torchrun(argv: list[str] | None = None) -> None:
     argv += distributed.shared_run_dir_override(argv[1:], dist)
 
 
-def guarded(main: Callable[[], Any]) -> None:
-    """Call a @hydra.main function; every error a user can cause ends as one sentence and its exit code."""
+def guarded(main: Callable[[], Any], what: str = "run") -> None:
+    """Call a @hydra.main function; every error a user can cause ends as one sentence and its exit code.
+    Once it has returned (or raised), the command's `what` (run or sweep) has ended: a stop signal from then
+    until the process exits is said and ignored (normlab.train.signals.ignored_from_now)."""
     try:
-        with _full_hydra_errors(), handlers_restored():
+        with _full_hydra_errors():
             try:
                 main()
             finally:
+                ignored_from_now(what)  # before anything else: the exit code is decided, the files saved
                 release_claims()  # the run or sweep directory RunDirGuard claimed: the next command may use it
     except SystemExit:
         raise
@@ -412,4 +441,5 @@ def main() -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
     join_torchrun()  # torchrun: one process group and one run directory for all ranks
-    guarded(_train)  # Hydra's own errors (unknown option, bad override, bad run dir) as one sentence
+    # Hydra's own errors (unknown option, bad override, bad run dir) as one sentence
+    guarded(_train, "sweep" if any(a in ("-m", "--multirun") for a in sys.argv[1:]) else "run")

@@ -10,6 +10,7 @@ This module imports neither torch nor the training code, so analysis can read su
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -130,9 +131,16 @@ class RunSummary:
         return dataclasses.asdict(self)
 
     def write(self, run_dir: str | os.PathLike[str]) -> Path:
-        """Write RUN_DIR/summary.json atomically (the old file stays whole if this fails)."""
+        """Write RUN_DIR/summary.json atomically (the old file stays whole if this fails). While the run is
+        `running`, room is kept on its disk for the final summary (RESERVE_FILE), given back just before
+        that is written: a disk that fills up (metrics.jsonl stopped by ENOSPC) still gets the summary
+        that says so, never the `running` a killed process leaves."""
         path = Path(run_dir) / SUMMARY_FILE
+        if self.status != "running":
+            free_room(Path(run_dir))
         write_json_atomic(path, self.to_dict())
+        if self.status == "running":
+            _keep_room(Path(run_dir))
         return path
 
     @classmethod
@@ -143,6 +151,29 @@ class RunSummary:
     @classmethod
     def read(cls, run_dir: str | os.PathLike[str]) -> RunSummary:
         return cls.from_dict(json.loads((Path(run_dir) / SUMMARY_FILE).read_text()))
+
+
+RESERVE_FILE = ".summary.reserve"
+RESERVE_BYTES = 64 * 1024  # a final summary, a crash's traceback included, fits many times over
+
+
+def _keep_room(run_dir: Path) -> None:
+    """Best effort: a disk already too full for it is left alone, and the run goes on."""
+    path = run_dir / RESERVE_FILE
+    try:
+        with path.open("wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)  # written, not sparse: the blocks are the run's
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+def free_room(run_dir: Path) -> None:
+    """Give back the room kept for the final summary (its write, or a refused resume that writes none)."""
+    with contextlib.suppress(OSError):
+        (run_dir / RESERVE_FILE).unlink(missing_ok=True)
 
 
 FIELDS = dataclasses.fields(RunSummary)

@@ -31,6 +31,13 @@ DONE_FILE = ".sweep_done"
 
 def count_jobs(config: DictConfig) -> int | None:
     """Jobs the basic sweeper launches for this multirun config, or None for other sweepers."""
+    jobs = sweep_jobs(config)
+    return None if jobs is None else len(jobs)
+
+
+def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
+    """The overrides of every job the basic sweeper launches for this multirun config (None for other
+    sweepers), as Hydra's BasicSweeper expands them."""
     sweeper = config.hydra.sweeper
     if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
         return None
@@ -40,7 +47,7 @@ def count_jobs(config: DictConfig) -> int | None:
     params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
     params += list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
     batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(params), None)
-    return len(batches[0])
+    return [list(job) for job in batches[0]]
 
 
 def duration(seconds: float) -> str:
@@ -60,11 +67,13 @@ class SweepProgress(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
-            total = count_jobs(config)
+            jobs = sweep_jobs(config)
         except Exception:  # an unusual sweep syntax: progress without a total, never a failed sweep
-            total = None
+            jobs = None
         (sweep_dir / DONE_FILE).unlink(missing_ok=True)
-        (sweep_dir / STATE_FILE).write_text(json.dumps({"total": total, "started": time.time()}))
+        # the jobs' overrides too: a report on the sweep names those without a run directory yet
+        state = {"total": None if jobs is None else len(jobs), "started": time.time(), "jobs": jobs}
+        (sweep_dir / STATE_FILE).write_text(json.dumps(state))
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         hydra_cfg = HydraConfig.get()
@@ -82,9 +91,16 @@ class SweepProgress(Callback):
             os.write(fd, f"{hydra_cfg.job.num}\n".encode())
         finally:
             os.close(fd)
-        done = len((sweep_dir / DONE_FILE).read_text().split())
+        done = done_count(sweep_dir, state.get("total"))
         elapsed = time.time() - state["started"] if state.get("started") else 0.0
         print(progress_line(done, state.get("total"), label, elapsed), file=sys.stderr, flush=True)
+
+
+def done_count(sweep_dir: Path, total: int | None) -> int:
+    """The jobs that have ended: each job once (its ending recorded twice, or a skipped one run after all,
+    is one job), never more than the sweep's `total`."""
+    done = len(set((sweep_dir / DONE_FILE).read_text().split()))
+    return min(done, total) if total else done
 
 
 def mark_done(sweep_dir: Path, nums: list[int]) -> None:

@@ -54,6 +54,12 @@ def test_the_newest_checkpoint_of_a_run_directory_is_taken(trained_run, tmp_path
 def test_no_readable_checkpoint_is_one_sentence(trained_run, tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
+    # a directory where no run trained: starting "the run there" again is no way out (issue 39, point 10)
+    with pytest.raises(
+        UserError, match=r"^No checkpoint in .*pass the run directory of a run that saved one\.$"
+    ):
+        checkpoint.find_checkpoint(run)
+    (run / "metrics.jsonl").write_text('{"step": 0, "loss": 5.0}\n')
     # never circular: the way out it names (train.resume=auto) works for a run that saved no checkpoint
     with pytest.raises(
         UserError, match=r"^No checkpoint in .*train\.resume=auto hydra\.run\.dir=.*from step 0\.$"
@@ -62,6 +68,17 @@ def test_no_readable_checkpoint_is_one_sentence(trained_run, tmp_path):
     (run / "checkpoints" / "last.pt").write_bytes(b"garbage")
     with pytest.raises(UserError, match=r"^Every checkpoint in .* is damaged \(.*last\.pt cannot be read"):
         checkpoint.find_checkpoint(run)
+
+
+def test_a_resume_from_something_neither_a_file_nor_a_directory_names_no_run_directory():
+    """train.resume=/dev/zero said "run train.resume=auto hydra.run.dir=/dev/zero" (issue 39, point 10)."""
+    with pytest.raises(UserError) as raised:
+        checkpoint.find_checkpoint("/dev/zero")
+    said = str(raised.value)
+    assert said.startswith("train.resume=/dev/zero is neither a checkpoint file nor a directory")
+    assert "hydra.run.dir" not in said and said.endswith(
+        "pass a run directory that has checkpoints/ or a .pt file."
+    )
 
 
 def test_a_different_model_names_every_differing_key(trained_run):

@@ -60,9 +60,11 @@ def test_a_full_disk_while_writing_a_checkpoint(train_cli, tmp_path):
 
 
 def test_a_full_disk_while_writing_metrics(train_cli, tmp_path):
-    with small_filesystem(tmp_path / "small", "96k") as disk:
+    """Issue 39, point 10: on main the summary.json stayed `running` (no room left to write the final one),
+    and train.resume=auto then blamed "SIGKILL, out of memory, power loss"; the run keeps room for it."""
+    with small_filesystem(tmp_path / "small", "160k") as disk:
         run = disk / "run"
-        result = train_cli("train.max_steps=2000", "train.flush_every=1", run_dir=run)
+        result = train_cli("train.max_steps=2000", "train.flush_every=1", "train.ckpt_every=0", run_dir=run)
         assert result.code == 2 and "Traceback" not in result.output, result.output[-3000:]
         assert f"Could not write {run}/metrics.jsonl (No space left on device)" in result.output
         lines = (run / "metrics.jsonl").read_text().splitlines()
@@ -71,3 +73,13 @@ def test_a_full_disk_while_writing_metrics(train_cli, tmp_path):
             with contextlib.suppress(ValueError):
                 whole.append(json.loads(line)["step"])
         assert whole == list(range(len(whole))) and len(lines) - len(whole) <= 1  # at most the torn last row
+        summary = json.loads((run / "summary.json").read_text())
+        assert (
+            summary["status"] == "failed" and "metrics.jsonl (No space left on device)" in summary["reason"]
+        )
+        assert not (run / ".summary.reserve").exists()
+        from normlab.train.run_dir import plan
+
+        said = plan(run, 2000).sentence  # what train.resume=auto says of it
+        assert "ended as failed (Could not write" in said and "No space left on device" in said, said
+        assert "SIGKILL" not in said

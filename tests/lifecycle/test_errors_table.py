@@ -9,6 +9,7 @@ for what depends on the run), the key or file it must name, and no traceback any
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import re
@@ -23,6 +24,8 @@ import numpy as np
 import pytest
 import torch
 from cli_run import ROOT, SYNTHETIC, CliRun, base_overrides
+from errors_table_history import AFTER_FULL_DISK
+from errors_table_history import CASES as HISTORY_CASES
 
 ERRORS_PAGE = ROOT / "docs" / "errors.md"
 HEADER = "| what goes wrong | status · exit | the sentence you get | what is kept |"
@@ -640,6 +643,11 @@ def _resume_auto_without_run_dir(train_cli, trained_run, tmp_path, monkeypatch):
     assert not (tmp_path / "outputs").exists()
     return CliRun(stop.value.code, err.getvalue(), tmp_path / "none"), "hydra.run.dir"
 
+
+for _what, _case in HISTORY_CASES.items():  # issue 39's rows (tests/lifecycle/errors_table_history.py)
+    CASES[_what] = (
+        functools.partial(_case, disk_full_metrics=_disk_full_metrics) if _what == AFTER_FULL_DISK else _case
+    )
 
 # ----------------------------------------------------------------------------------------------------
 

@@ -83,7 +83,10 @@ def test_a_damaged_last_falls_back_to_an_older_checkpoint(tmp_path, trained_run)
     (d / "checkpoints" / "last.pt").write_bytes(b"garbage")
     plan = resume.plan(d, 10)
     assert (plan.action, plan.checkpoint.name) == (resume.RESUME, "step_000002.pt")
-    assert plan.sentence.startswith("ended as crashed;")
+    assert plan.sentence == (  # the damaged one named, as passed over
+        "ended as crashed, but checkpoints/last.pt cannot be read (damaged); resuming from "
+        "checkpoints/step_000002.pt (step 2)"
+    )
 
 
 def test_a_run_held_by_a_live_process_is_busy(tmp_path, trained_run):

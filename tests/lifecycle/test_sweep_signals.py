@@ -209,6 +209,36 @@ def test_soak_small(tmp_path, cache_dir):
     assert kinds.count("signal") == 4 + result.file_faults_as_signals and "concurrent start" in kinds
 
 
+@pytest.mark.slow
+def test_soak_with_history_splices_damaged_data_and_signals_after_the_end(tmp_path, cache_dir):
+    """Issue 39's faults in the joblib soak: a job rewound into another history with its new last.pt cut
+    short (auto must continue from the rewind's step, never from the abandoned history's checkpoint), a
+    newest checkpoint whose tensor data is damaged (auto passes over it), and signals just after a single
+    run and the finished sweep ended (exit 0). Every job ends bit-identical to the uninterrupted sweep."""
+    from soak.spec import DAMAGED_DATA, HISTORY_SPLICE
+
+    result = soak(
+        spec(
+            tmp_path,
+            cache_dir,
+            jobs=3,
+            steps=600,
+            faults=5,
+            file_share=0.6,
+            file_kinds=(HISTORY_SPLICE, DAMAGED_DATA),
+            delay_s=(2.0, 10.0),
+            seed=os.getpid(),
+            concurrent_runs=0,
+            disk_full=False,
+        )
+    )
+    assert result.ok, result.to_json()
+    kinds = [f.kind for f in result.faults]
+    assert kinds.count("after-end-signal") == 2 and result.steps_lost == 0 and result.equal == 3
+    planned = 3 - result.file_faults_as_signals  # file faults that found their files
+    assert kinds.count(HISTORY_SPLICE) + kinds.count(DAMAGED_DATA) == planned
+
+
 def test_the_fault_plan_mixes_file_faults_in_after_a_signal():
     import random
 
@@ -247,3 +277,24 @@ def test_file_faults_damage_an_unfinished_jobs_files(tmp_path):
         yaml.safe_dump({"seed": 0})
     )  # another run's config
     assert mislabeled(job_dirs(tmp_path)) == ["seed=1: seed=1 trained it, but {'config.yaml': 0}"]
+
+
+def test_the_damaged_data_fault_leaves_a_checkpoint_torch_opens_but_auto_passes_over(tmp_path):
+    """The soak's damaged-data fault (issue 39, point 4): the zip index whole, the tensor bytes not."""
+    import random
+
+    import yaml
+
+    from normlab.train import checkpoint
+
+    run = tmp_path / "1_b"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["seed=1"]))
+    (run / "summary.json").write_text(json.dumps({"status": "interrupted", "seed": 1}))
+    state = {"model": {"w": torch.arange(4096, dtype=torch.float32)}, "step": 7}
+    checkpoint.save_checkpoint(run / "checkpoints" / "last.pt", state)
+    assert checkpoint.readable(run / "checkpoints" / "last.pt")
+    assert damage_a_file(tmp_path, "damaged-data", random.Random(0)) == "seed=1"
+    assert checkpoint._read(run / "checkpoints" / "last.pt", mmap=True)["step"] == 7  # torch still opens it
+    assert not checkpoint.readable(run / "checkpoints" / "last.pt")
+    assert checkpoint.newest(run / "checkpoints") is None

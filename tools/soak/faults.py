@@ -1,7 +1,8 @@
 """The faults: a signal sent to the running sweep (its parent, its process group or one job), a file
-damaged between two invocations (a metrics.jsonl cut mid-row, a newest checkpoint cut short), the continue
-command started twice at once, two single runs started together into one directory, and a full disk;
-with the plan of which faults come when.
+damaged between two invocations (a metrics.jsonl cut mid-row, a newest checkpoint cut short or its tensor
+data damaged), a job rewound into another history, the continue command started twice at once, two single
+runs started together into one directory, a full disk, and signals just after a run or a sweep ended; with
+the plan of which faults come when.
 
 Its own module because each fault is one way a user's sweep gets hurt; the soak's loop (`run`) only
 decides when each comes.
@@ -25,7 +26,9 @@ from pathlib import Path
 from soak.checks import comparable, job_dir, job_dirs, training_rows
 from soak.processes import GRACE_S, ROOT, SweepProcess, alive, default_signals, env, now_ticks
 from soak.spec import (
+    AFTER_END,
     CONCURRENT_RUNS,
+    DAMAGED_DATA,
     DISK_FULL,
     SIGNALS,
     TARGETS,
@@ -84,7 +87,8 @@ def send_fault(
 
 def damage_a_file(sweep_dir: Path, kind: str, rng: random.Random) -> str | None:
     """Apply file fault `kind` to one job of the (stopped) sweep: cut its metrics.jsonl in the middle of a
-    row, or its newest checkpoint short. Unfinished jobs first (a finished one may be skipped by the next
+    row, its newest checkpoint short, or that checkpoint's tensor data damaged in place (its zip index
+    whole: torch still opens it). Unfinished jobs first (a finished one may be skipped by the next
     invocation); returns the job's name, None if no job has the file yet."""
     from normlab.train.checkpoint import candidates
 
@@ -111,10 +115,166 @@ def damage_a_file(sweep_dir: Path, kind: str, rng: random.Random) -> str | None:
     pool = [t for t in targets if t[0] == targets[0][0]]
     _, name, path = rng.choice(pool)
     assert path is not None
+    if kind == DAMAGED_DATA:
+        if not damage_tensor_data(path):
+            return None
+        return name
     data = path.read_bytes()
     cut = int(len(data) * rng.uniform(0.3, 0.9)) if kind == TRUNCATED_METRICS else len(data) // 3
     path.write_bytes(data[:cut])
     return name
+
+
+def damage_tensor_data(path: Path) -> bool:
+    """XOR up to 4000 bytes of the first tensor's data in a checkpoint (its zip index left whole); False
+    where the file is no zip archive."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            info = next(i for i in archive.infolist() if i.filename.endswith("/data/0"))
+    except (zipfile.BadZipFile, StopIteration, OSError):
+        return False
+    data = bytearray(path.read_bytes())
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)  # the local header, then the data
+    for i in range(start + info.file_size // 4, start + min(info.file_size, info.file_size // 4 + 4000)):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return True
+
+
+REWIND = """
+import sys
+from pathlib import Path
+from normlab.config.compose import compose_config
+from normlab.train.run import Run
+summary = Run(compose_config(sys.argv[2:]), Path(sys.argv[1])).execute()
+sys.exit(0 if summary["status"] == "completed" else 1)
+"""
+
+
+def splice_a_history(spec: SoakSpec, sweep_dir: Path, rng: random.Random) -> tuple[str | None, list[str]]:
+    """The history-splice fault, on one job of the (stopped) sweep with step checkpoints at A and
+    C = A + ckpt_every: rewind it to A with train.max_steps=C (run from code, as a library user would: its
+    .hydra/ stays the sweep's) — another history, whose schedule ends at C — then cut its new last.pt short.
+    The next train.resume=auto must continue from A (C's checkpoint belongs to the abandoned history) and
+    the job end bit-identical to the uninterrupted one; resuming from the first history's step_C would
+    splice two histories. Returns the job's name (None if no job has two step checkpoints yet) and what
+    went wrong."""
+    import yaml
+
+    from normlab.train.checkpoint import STEP_FILE
+
+    targets = []
+    for name, run_dir in job_dirs(sweep_dir).items():
+        steps = sorted(
+            int(m.group(1))
+            for p in (run_dir / "checkpoints").glob("step_*.pt")
+            if (m := STEP_FILE.fullmatch(p.name))
+        )
+        pairs = [a for a in steps if a + spec.ckpt_every in steps]
+        if pairs:
+            targets.append((name, run_dir, pairs))
+    if not targets:
+        return None, []
+    name, run_dir, pairs = rng.choice(targets)
+    a = rng.choice(pairs)
+    overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    ckpt = run_dir / "checkpoints" / f"step_{a:06d}.pt"
+    rewind = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            REWIND,
+            str(run_dir),
+            *(o for o in overrides if not o.startswith(("train.resume=", "train.max_steps="))),
+            "train.num_threads=1",
+            f"train.max_steps={a + spec.ckpt_every}",
+            f"train.resume={ckpt}",
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
+    if rewind.returncode != 0:
+        return name, [f"{name}: the rewind to step {a} exited {rewind.returncode}: {rewind.stderr[-500:]}"]
+    last = run_dir / "checkpoints" / "last.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 3])
+    return name, []
+
+
+def after_the_end(
+    argv: list[str], marker: str, signals: list[int], delay_s: float, timeout_s: float
+) -> tuple[int | None, str]:
+    """Start `python argv` in a session of its own, wait for `marker` in its output (the run's or sweep's
+    last line), then `delay_s` later send `signals` (0.05 s apart) to its process group, as a Ctrl-C or a
+    scheduler would; returns its exit code (None on timeout) and its output."""
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_signals,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:
+        lines.append(line)
+        if marker in line:
+            time.sleep(delay_s)
+            for i, signum in enumerate(signals):
+                if i:
+                    time.sleep(0.05)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signum)
+            break
+    try:
+        rest, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rest, _ = proc.communicate()
+        return None, "".join(lines) + (rest or "")
+    return proc.returncode, "".join(lines) + (rest or "")
+
+
+def after_end_faults(spec: SoakSpec, workdir: Path, faulted: Path, rng: random.Random) -> list[FaultRecord]:
+    """`spec.after_end` faults, alternately: one to a single run (job 0 alone, 30 steps) just after it said
+    it completed, and one to the finished sweep's continue command (every job skipped) just after it said
+    all its jobs are done — SIGINT or SIGTERM, once or twice, 0–1.5 s after the line. Survived when the
+    command still exits 0, without a traceback, and a run's summary still says completed."""
+    records = []
+    for n in range(spec.after_end):
+        names = rng.choice([["SIGINT"], ["SIGTERM"], ["SIGINT", "SIGINT"], ["SIGTERM", "SIGINT"]])
+        delay = rng.uniform(0.0, 1.5)
+        single = n % 2 == 0
+        if single:
+            run_dir = workdir / "after-end" / str(n)
+            argv = spec.single_argv(run_dir, "train.max_steps=30")
+            marker = "completed after"
+        else:
+            argv, marker = spec.argv(faulted, resume=True), "jobs done"
+        record = FaultRecord(0, f"{AFTER_END} ({'+'.join(names)})", "run" if single else "sweep", delay)
+        code, output = after_the_end(
+            argv, marker, [int(signal.Signals[s]) for s in names], delay, spec.timeout_s
+        )
+        record.parent_exit = code
+        if code != 0:
+            record.problems.append(f"exit {code} (0 expected: the {record.target} had ended)")
+        if "Traceback" in output or "Exception ignored" in output:
+            record.problems.append("a traceback after the end: " + output[-800:])
+        if single:
+            try:
+                status = json.loads((run_dir / "summary.json").read_text())["status"]
+            except (OSError, ValueError, KeyError):
+                status = None
+            if status != "completed":
+                record.problems.append(f"its summary.json says {status}, not completed")
+        records.append(record)
+    return records
 
 
 def start_twice(

@@ -17,16 +17,18 @@ from soak.checks import consistency_problems, final_check, job_dirs, mislabeled,
 from soak.faults import (
     FILE,
     SIGNAL,
+    after_end_faults,
     concurrent_runs,
     damage_a_file,
     disk_full,
     fault_delays,
     fault_plan,
     send_fault,
+    splice_a_history,
     start_twice,
 )
 from soak.processes import SweepProcess, env
-from soak.spec import CONCURRENT_SWEEP, FILE_FAULTS, FaultRecord, SoakResult, SoakSpec
+from soak.spec import CONCURRENT_SWEEP, FILE_FAULTS, HISTORY_SPLICE, FaultRecord, SoakResult, SoakSpec
 
 
 def run_sweep(spec: SoakSpec, sweep_dir: Path, resume: bool, log: Path) -> int | None:
@@ -69,7 +71,10 @@ def soak(spec: SoakSpec) -> SoakResult:
                     waiting.append(record)
                     _note(log, f"fault {record.n}: the continue command started twice at once")
                     break
-                job = damage_a_file(faulted, kind, rng)
+                if kind == HISTORY_SPLICE:
+                    job, record.problems = splice_a_history(spec, faulted, rng)
+                else:
+                    job = damage_a_file(faulted, kind, rng)
                 if job is None:  # nothing of that kind written yet: the next signal first, this one later
                     later = [i for i in range(len(faults) + 1, len(plan)) if plan[i] == SIGNAL]
                     if later:
@@ -147,7 +152,7 @@ def soak(spec: SoakSpec) -> SoakResult:
             break
     else:
         problems.append("the sweep-resume command did not finish the sweep in 3 invocations")
-    completed, equal, lost, final_problems = final_check(spec, reference, faulted)
+    completed, equal, within, lost, final_problems = final_check(spec, reference, faulted)
     wrong_labels.update(mislabeled(job_dirs(faulted)))
     for record in faults:  # a file fault whose job did not end whole, bit for bit
         if record.n in damaged:
@@ -157,6 +162,12 @@ def soak(spec: SoakSpec) -> SoakResult:
         record.n = len(faults) + 1
         faults.append(record)
         wrong_labels.update(labels)
+    for record in after_end_faults(spec, spec.workdir, faulted, rng):
+        record.n = len(faults) + 1
+        faults.append(record)
+        _note(
+            log, f"fault {record.n}: {record.signal} {record.after_s:.2f} s after the {record.target} ended"
+        )
     if spec.with_disk_full():
         record = disk_full(spec, spec.workdir, reference)
         if record is not None:
@@ -177,6 +188,7 @@ def soak(spec: SoakSpec) -> SoakResult:
         problems + final_problems,
         mislabeled=len(wrong_labels),
         file_faults_as_signals=as_signals,
+        within_tolerance=within,
     )
 
 

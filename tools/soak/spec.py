@@ -13,8 +13,12 @@ from typing import Any
 
 SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL")
 TRUNCATED_METRICS, DAMAGED_CHECKPOINT = "truncated-metrics", "damaged-checkpoint"
+# a newest checkpoint whose tensor bytes are damaged while its zip index is whole (torch opens it); a job
+# rewound to an older step checkpoint with a shorter schedule (another history) and its new last.pt cut short
+DAMAGED_DATA, HISTORY_SPLICE = "damaged-data", "history-splice"
 CONCURRENT_SWEEP, CONCURRENT_RUNS, DISK_FULL = "concurrent-sweep", "concurrent-runs", "disk-full"
-FILE_FAULTS = (TRUNCATED_METRICS, DAMAGED_CHECKPOINT, CONCURRENT_SWEEP)
+AFTER_END = "after-end-signal"  # signals in the moments after a run or a sweep ended: exit code unchanged
+FILE_FAULTS = (TRUNCATED_METRICS, DAMAGED_CHECKPOINT, DAMAGED_DATA, HISTORY_SPLICE, CONCURRENT_SWEEP)
 TARGETS = ("parent", "group", "worker")
 
 
@@ -33,17 +37,26 @@ class SoakSpec:
     concurrent_runs: int = 2  # pairs of single runs started together into one directory, after the sweep
     disk_full: bool = True  # job 0 alone on a small tmpfs (skipped where none can be mounted)
     launcher: str = "joblib"  # hydra/launcher=: joblib (the pool), or stacked (the jobs as one model)
+    after_end: int = 2  # signals sent just after a single run, then the finished sweep, ended
+    # Issue 39, point 8 (restacking on continue) is another engineer's: until it is merged, a stacked
+    # member that a file fault sent back to another step than its stack's trains in a stack of its own,
+    # equal to the uninterrupted member within float tolerance (tests/test_stacked.py), not bit for bit. A
+    # stacked soak counts such a job apart (`SoakResult.within_tolerance`) while this is False; switch it
+    # on (and `--stacked-bit-identical`) once point 8 is in, and every job must be bit-identical again.
+    stacked_bit_identical: bool = False
+
+    file_kinds: tuple[str, ...] | None = None  # the file-fault kinds to take in turn (None: every kind)
 
     def file_faults(self) -> tuple[str, ...]:
-        """The file-fault kinds this soak takes in turn. A stacked sweep's member that a damaged file sends
-        back to an older checkpoint than its stack's trains in a stack of its own, and the full-disk job
-        trains alone: equal to the uninterrupted member within float tolerance (tests/test_stacked.py), not
-        bit for bit, which is what the soak checks — so a stacked soak takes the doubled continue command
-        only (the damaged-file paths are a member's Run's own, soaked with joblib)."""
-        return (CONCURRENT_SWEEP,) if self.launcher == "stacked" else FILE_FAULTS
+        """The file-fault kinds this soak takes in turn: every kind, for either launcher, unless named."""
+        return self.file_kinds or FILE_FAULTS
+
+    def bit_identical(self) -> bool:
+        """Whether every job must end bit-identical to the uninterrupted sweep (see stacked_bit_identical)."""
+        return self.launcher != "stacked" or self.stacked_bit_identical
 
     def with_disk_full(self) -> bool:
-        return self.disk_full and self.launcher != "stacked"  # job 0 alone: see file_faults
+        return self.disk_full and self.bit_identical()  # job 0 alone: bit for bit only with point 8 in
 
     overrides: tuple[str, ...] = (
         "model=tiny",
@@ -110,6 +123,8 @@ class FaultRecord:
     def kind(self) -> str:
         if self.signal in SIGNALS:
             return "signal"
+        if self.signal.startswith(AFTER_END):
+            return AFTER_END
         return "concurrent start" if self.signal.startswith("concurrent") else self.signal
 
 
@@ -128,6 +143,8 @@ class SoakResult:
     # file faults planned where no job had written the file yet and no later signal was left to go first
     # (on a loaded machine the faults can all come before a job trains): sent as signals instead
     file_faults_as_signals: int = 0
+    # stacked, before issue 39 point 8: jobs whose rows equal the reference's within float tolerance only
+    within_tolerance: int = 0
 
     @property
     def survived(self) -> int:
@@ -139,7 +156,8 @@ class SoakResult:
         return (
             not self.problems
             and self.survived == len(self.faults)
-            and self.completed == self.equal == n
+            and self.completed == n
+            and self.equal + self.within_tolerance == n
             and self.mislabeled == 0
         )
 
@@ -156,7 +174,14 @@ class SoakResult:
             f"faults survived: {self.survived} of {len(self.faults)} ({self.by_kind()}), steps lost: "
             f"{self.steps_lost}, mislabelled configs: {self.mislabeled} (N={self.spec['jobs']} jobs × "
             f"{self.spec['steps']} steps, {self.steps_recomputed} steps recomputed after SIGKILLs, {self.equal} "
-            f"of {self.spec['jobs']} jobs bit-identical to the uninterrupted sweep, {self.invocations} "
+            f"of {self.spec['jobs']} jobs bit-identical to the uninterrupted sweep"
+            + (
+                f" and {self.within_tolerance} equal within float tolerance only (stacked: restacking is issue "
+                "39 point 8)"
+                if self.within_tolerance
+                else ""
+            )
+            + f", {self.invocations} "
             f"invocations, {self.wall_s:.0f} s"
             + (
                 f", {self.file_faults_as_signals} file fault(s) sent as signals: nothing written yet)"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
 
+from normlab.analysis import left_out
 from normlab.analysis.load import NoRunsFound, UnknownKey, load_runs, short_names
 from normlab.analysis.plots import DPI, FIGURES, NoData, plot_grad_norm, plot_loss, save
 from normlab.analysis.sweep_report import default_out_dir, summary_markdown, write_report
@@ -33,7 +35,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         description="Compare runs: group them by the config values that differ, average seeds (mean ± std), "
         "and write figures, report.md (with sentences stating each effect and its 95%% CI), report.html (the "
         "same, one self-contained file), summary.csv and runs.csv. Reads metrics.jsonl, summary.json and "
-        ".hydra/config.yaml only.",
+        ".hydra/ only, each a regular file inside its run directory (no symbolic link followed); names the "
+        "runs it cannot read, the runs not finished and a sweep's jobs not started.",
     )
     parser.add_argument("paths", nargs="+", metavar="SWEEP_OR_RUN_DIR", help="sweep or run directories")
     parser.add_argument(
@@ -72,18 +75,24 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     figures = [f.strip() for f in args.figures.split(",")] if args.figures else None
     if figures and (unknown := [f for f in figures if f not in figure_keys]):
         parser.error(f"unknown figure(s) {','.join(unknown)}; choose from {','.join(figure_keys)}")
+    out = args.out or default_out_dir(args.paths)
+    created = not out.exists()
     try:
         rs = load_runs(args.paths, group_by=_group_by(args.group_by), on_warning=_warn)
-        out = args.out or default_out_dir(args.paths)
         report = write_report(
             rs, out, grid=args.grid, logx=args.logx, smooth=args.smooth, figures=figures, dpi=args.dpi
         )
     except (FileNotFoundError, NoRunsFound, UnknownKey, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    finally:  # a report that could not be written leaves no folder behind (one that was there stays)
+        if created and out.is_dir() and not (out / "report.md").exists():
+            shutil.rmtree(out, ignore_errors=True)
+    for line in left_out.lines(rs):
+        print(f"note: {line}")
     counts = ", ".join(f"{n} {s}" for s, n in rs.runs["status"].value_counts().items())
     print(
-        f"{len(rs.runs)} runs ({counts}) in {len(rs.variants)} variant(s), grouped by: "
+        f"{len(rs.runs)} runs ({counts or 'none readable'}) in {len(rs.variants)} variant(s), grouped by: "
         f"{', '.join(short_names(rs.group_keys).values()) or 'nothing (one group)'}"
     )
     if report.summary is not None and not report.summary.empty:

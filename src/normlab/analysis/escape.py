@@ -56,4 +56,11 @@ def markdown_view(rs: RunSet) -> RunSet:
         group_keys=[keys.get(k, md_text(k)) for k in rs.group_keys],
         sources=[md_text(p) for p in rs.sources],  # type: ignore[misc]
         warnings=[md_text(w) for w in rs.warnings],
+        unreadable=[(md_text(run), md_text(why)) for run, why in rs.unreadable],
+        missing={
+            md_text(sweep): dataclasses.replace(
+                m, jobs=None if m.jobs is None else [md_text(j) for j in m.jobs]
+            )
+            for sweep, m in rs.missing.items()
+        },
     )

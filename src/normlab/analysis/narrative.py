@@ -366,8 +366,8 @@ def contrast_sentences(cs: Sequence[Contrast], rs: RunSet) -> list[str]:
         untested = bool(differing) and not any(c.tested for c in differing)
         single = untested and all(c.single for c in differing)
         parts = []
-        for level in dict.fromkeys(c.level for c in of_key):
-            group = [c for c in of_key if c.level == level]
+        texts = dict.fromkeys(str(c.level) for c in of_key)  # by text: a missing level (NaN ≠ NaN) is one
+        for level, group in ((t, [c for c in of_key if str(c.level) == t]) for t in texts):
             subject = f"{level}" + (" (did not learn)" if all(c.subject.did_not_learn for c in group) else "")
             reference = f"{group[0].reference}" + (
                 " (did not learn)" if all(c.base.did_not_learn for c in group) else ""

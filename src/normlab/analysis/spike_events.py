@@ -81,7 +81,7 @@ def spike_lines(rs: RunSet) -> list[str]:
                 kinds.append(f"{len(of)} {label} spike{'s' if len(of) != 1 else ''} (step {steps}{size})")
         in_warmup = ""
         if warmup is not None:
-            w = [float(warmup.get(e.run, 0) or 0) for e in mine]
+            w = [_number(warmup.get(e.run)) for e in mine]
             share = sum(e.step < wi for e, wi in zip(mine, w, strict=True)) / len(mine)
             in_warmup = f"; {share:.0%} during warm-up" if share else ""
         carried = [e.loss_after for e in mine if math.isfinite(e.loss_after)]
@@ -103,3 +103,12 @@ def spike_lines(rs: RunSet) -> list[str]:
             + f"{in_warmup} — {effect}."
         )
     return lines
+
+
+def _number(value: object) -> float:
+    """A run's warm-up length as a number; 0 where its config holds something else (a broken config)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.0
+    return number if math.isfinite(number) else 0.0

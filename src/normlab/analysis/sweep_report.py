@@ -20,10 +20,10 @@ from typing import Any
 
 import pandas as pd
 
-from normlab.analysis import captions, narrative
+from normlab.analysis import captions, left_out, narrative
 from normlab.analysis.escape import markdown_view, md_text
 from normlab.analysis.html import markdown_to_html
-from normlab.analysis.load import SEED_KEY, RunSet, short_names
+from normlab.analysis.load import SEED_KEY, RunSet, short_names, sortable
 from normlab.analysis.missing_variants import missing
 from normlab.analysis.plots import DPI, FIGURES, NoData, plot_grid, save
 from normlab.analysis.spike_events import spike_lines
@@ -160,6 +160,8 @@ def write_report(
     the report with the reason.
     """
     out = Path(out_dir)
+    if rs.runs.empty:  # nothing readable yet (a sweep stopped before any job wrote a file): say what is not
+        return _write_empty(rs, out, title)
     out.mkdir(parents=True, exist_ok=True)
     report = Report(path=out / REPORT_FILE, out_dir=out)
     axes = choose_grid(rs, grid) if wanted_grid(figures) else None  # unknown keys fail before any drawing
@@ -208,6 +210,29 @@ def write_report(
     return report
 
 
+def _write_empty(rs: RunSet, out: Path, title: str | None) -> Report:
+    """The report of a set without a readable run: what is missing or unreadable, and no figure."""
+    out.mkdir(parents=True, exist_ok=True)
+    report = Report(path=out / REPORT_FILE, out_dir=out, summary=pd.DataFrame())
+    view = markdown_view(rs)
+    heading = md_text(title) if title is not None else "No run to compare yet"
+    lines = [
+        f"# {heading}",
+        "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M')} from {', '.join(view.sources)}.",
+        "",
+    ]
+    lines += ["> **Read this first**", ">"] + [f"> - ⚠ {w}" for w in left_out.lines(view)] + [""]
+    lines.append("No run here has written a file this report can read yet: no numbers, no figures.")
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(out / SUMMARY_CSV, "")
+    write_text_atomic(out / RUNS_CSV, runs_csv(rs))
+    write_text_atomic(report.path, text)
+    report.html = out / HTML_FILE
+    write_text_atomic(report.html, markdown_to_html(text, out, title=title or "No run to compare yet"))
+    return report
+
+
 def runs_csv(rs: RunSet) -> str:
     """runs.csv: every run's summary and config; its directory relative to the working directory where it
     lies below it (a report copied elsewhere should not carry this machine's absolute paths)."""
@@ -248,7 +273,7 @@ def _markdown(
     sources = ", ".join(str(p) for p in rs.sources)
     lines.append(f"Generated {time.strftime('%Y-%m-%d %H:%M')} from {sources}.")
     lines.append("")
-    warnings = narrative.warnings(rs)
+    warnings = left_out.lines(rs) + narrative.warnings(rs)
     if warnings:
         lines += ["> **Read this first**", ">"]
         lines += [f"> - ⚠ {w}" for w in warnings]
@@ -260,13 +285,13 @@ def _markdown(
     else:
         lines.append("No config value other than the seed differs between these runs: they form one group.")
     if SEED_KEY in runs and SEED_KEY not in rs.group_keys and rs.valid.groupby("variant").size().max() <= 1:
-        seeds = sorted({s for s in runs[SEED_KEY].dropna()}, key=float)
+        seeds = sorted({s for s in runs[SEED_KEY].dropna()}, key=sortable)
         lines.append(
             f"One run per variant (seed {', '.join(str(s) for s in seeds)}): numbers are single runs, "
             "figures have no bands."
         )
     elif SEED_KEY in runs and SEED_KEY not in rs.group_keys:
-        seeds = sorted({s for s in runs[SEED_KEY].dropna()}, key=float)
+        seeds = sorted({s for s in runs[SEED_KEY].dropna()}, key=sortable)
         lines.append(
             f"Seeds ({', '.join(str(s) for s in seeds)}) are averaged: numbers are mean ± sample standard "
             "deviation (ddof=1) over a variant's runs; figures draw the mean, with a ± 1 std band where a "

@@ -62,6 +62,22 @@ def read_rows(path: Path) -> tuple[list[str], int]:
     return lines, torn
 
 
+def once_each(lines: list[str]) -> tuple[list[str], list[int]]:
+    """The rows with each step's training row and evaluation row once (the first in file order: a row copied
+    or appended again is dropped), and the steps of the rows dropped."""
+    seen: set[tuple[int, bool, bool]] = set()
+    kept, dropped = [], []
+    for line in lines:
+        row = json.loads(line)
+        key = (int(row["step"]), "loss" in row, "val_loss" in row)
+        if key in seen:
+            dropped.append(key[0])
+            continue
+        seen.add(key)
+        kept.append(line)
+    return kept, dropped
+
+
 class RowSink:
     """A sink as a training-loop callback (normlab.train.callbacks): training and evaluation rows go to
     `log`; `on_end` does nothing unless a sink overrides it."""
@@ -99,9 +115,16 @@ class JsonlSink(RowSink):
         self.mark = dict(mark or {})
         if resume_step is not None and path.exists():
             lines, torn = read_rows(path)
-            kept = [line for line in lines if json.loads(line)["step"] < resume_step]
+            kept, repeated = once_each([line for line in lines if json.loads(line)["step"] < resume_step])
             if torn:
                 log.warning("%s: dropped %d unreadable line(s) (a write cut short)", path, torn)
+            if repeated:
+                log.warning(
+                    "%s: dropped %d repeated row(s) of step(s) %s, kept the first of each (a step has one row)",
+                    path,
+                    len(repeated),
+                    ", ".join(str(s) for s in sorted(set(repeated))[:10]),
+                )
             write_text_atomic(path, "".join(line + "\n" for line in kept))
             self.kept = [json.loads(line) for line in kept]
         self._file = path.open("a", encoding="utf-8")

@@ -78,7 +78,7 @@ class SweepTicker:
         return line
 
     def line(self, running: Mapping[int, Job], done: int, elapsed: float) -> str:
-        parts, share = [], 0.0
+        parts, share, done = [], 0.0, min(done, self.total)
         for num, job in sorted(running.items()):
             run_dir = self.run_dir(job)
             row = last_row(run_dir / "metrics.jsonl") if run_dir is not None else None
@@ -89,7 +89,9 @@ class SweepTicker:
             if num not in self.max_steps and run_dir is not None:
                 self.max_steps[num] = max_steps_of(run_dir)
             total = self.max_steps.get(num)
-            steps = row["step"] + 1
+            # a training row at step s: s + 1 updates made; an evaluation row at step s: s (never past the end)
+            steps = row["step"] + 1 if "loss" in row else row["step"]
+            steps = min(steps, total) if total else steps
             loss = f" (loss {row['loss']:.2f})" if isinstance(row.get("loss"), float) else ""
             parts.append(
                 f"#{num} {name} {steps}/{total}{loss}" if total else f"#{num} {name} step {steps}{loss}"

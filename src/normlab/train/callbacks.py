@@ -57,7 +57,8 @@ class Callback(Protocol):
 
 class Checkpoints(Callback):
     """Writes checkpoints/step_{n}.pt at the loop's checkpoint steps (and, through `save`, any named
-    checkpoint) from what `state` returns then."""
+    checkpoint) from what `state` returns then, with the last training row it has seen (the history the
+    checkpoint follows: normlab.train.checkpoint.same_history)."""
 
     def __init__(
         self,
@@ -68,9 +69,16 @@ class Checkpoints(Callback):
     ) -> None:
         self.directory, self.state, self.model_cfg = directory, state, model_cfg
         self.experiment = experiment  # normlab.train.resume.experiment_record: what a resume must keep
+        self.last_row: dict[str, Any] | None = None
+
+    def on_step(self, row: dict[str, Any]) -> None:
+        if "loss" in row:
+            self.last_row = checkpoint.last_row_record(row)
 
     def save(self, name: str) -> None:
-        checkpoint.save_checkpoint(self.directory / name, self.state(), self.model_cfg, self.experiment)
+        checkpoint.save_checkpoint(
+            self.directory / name, self.state(), self.model_cfg, self.experiment, self.last_row
+        )
 
     def on_checkpoint(self, step: int) -> None:
         self.save(checkpoint.step_file(step))

@@ -163,22 +163,13 @@ def culprit(cfg: Mapping[str, Any], model_state: int, needed: int, available: in
     """(key, subject, fix) of a refusal: the setting whose lowering can make the run fit. The model when its
     state alone does not fit, or is most of what is needed — then depth or d_model, whichever is further
     above the small preset (ModelConfig's defaults: 6 blocks of 128) relative to how the state grows with it
-    (linearly in depth, with d² in width); else the activations: the batch, or the context when
-    train.seq_len follows model.context_length."""
+    (linearly in depth, with d² in width); else the activations: the context when train.seq_len follows
+    model.context_length, the model again where even train.batch_size=1 would not fit (activations grow with
+    depth and width too), else the batch."""
     model, train = cfg["model"], cfg["train"]
-    if model_state > available or model_state * 2 >= needed:
-        depth, d = int(model["n_layers"]), int(model["d_model"])
-        if embedding_share(model) >= 0.5:  # the token embedding (and an untied head) hold most of it
-            data_vocab = cfg.get("data", {}).get("vocab_size")
-            key = "data.vocab_size" if model["vocab_size"] == data_vocab else "model.vocab_size"
-            subject = f"{key}={model['vocab_size']} (with model.d_model={d})"
-            return key, subject, f"lower {key} (the embedding is vocab_size × model.d_model) or model.d_model"
-        if depth / 6 > (d / 128) ** 2:
-            subject = f"depth={depth} (with model.d_model={d})"
-            return "depth", subject, "lower depth or model.d_model"
-        subject = f"model.d_model={d} (with depth={depth})"
-        return "model.d_model", subject, "lower model.d_model or depth"
     batch, seq_len = train["batch_size"], train["seq_len"]
+    if model_state > available or model_state * 2 >= needed:
+        return _model_culprit(cfg)
     if int(seq_len) == int(model["context_length"]) and int(seq_len) > 4096:
         subject = (
             f"model.context_length={model['context_length']} (= train.seq_len, with train.batch_size={batch})"
@@ -187,8 +178,24 @@ def culprit(cfg: Mapping[str, Any], model_state: int, needed: int, available: in
             "lower model.context_length and train.seq_len (which follows it by default), or train.batch_size"
         )
         return "model.context_length", subject, fix
+    # what is needed beyond the model state shrinks with the batch: at train.batch_size=1 it is its 1/batch
+    if model_state + (needed - model_state) / max(int(batch), 1) > available:
+        return _model_culprit(cfg)  # a smaller batch alone cannot make it fit
     fix = "lower train.batch_size (raise train.grad_accum to keep the global batch) or train.seq_len"
     return "train.batch_size", f"train.batch_size={batch} (with train.seq_len={seq_len})", fix
+
+
+def _model_culprit(cfg: Mapping[str, Any]) -> tuple[str, str, str]:
+    model = cfg["model"]
+    depth, d = int(model["n_layers"]), int(model["d_model"])
+    if embedding_share(model) >= 0.5:  # the token embedding (and an untied head) hold most of it
+        data_vocab = cfg.get("data", {}).get("vocab_size")
+        key = "data.vocab_size" if model["vocab_size"] == data_vocab else "model.vocab_size"
+        subject = f"{key}={model['vocab_size']} (with model.d_model={d})"
+        return key, subject, f"lower {key} (the embedding is vocab_size × model.d_model) or model.d_model"
+    if depth / 6 > (d / 128) ** 2:
+        return "depth", f"depth={depth} (with model.d_model={d})", "lower depth or model.d_model"
+    return "model.d_model", f"model.d_model={d} (with depth={depth})", "lower model.d_model or depth"
 
 
 def check_fits(cfg: Mapping[str, Any], device: torch.device, world_size: int = 1, runs: int = 1) -> None:

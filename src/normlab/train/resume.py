@@ -36,20 +36,22 @@ from normlab.errors import InvalidConfig, UserError
 from normlab.summary import SUMMARY_FILE
 from normlab.train import checkpoint
 from normlab.train.checkpoint import CHECKPOINT_DIR, EXPERIMENT_KEY, Checkpoint
+from normlab.train.logged_rows import (
+    describe_steps,
+    missing_steps,
+    rows_cover,
+    training_losses,
+    training_steps,
+)
 from normlab.train.run_dir import (
     AUTO,
     RESUME,
     SKIP,
     START,
-    RunDirectory,
     claim_run_dir,
     continues,
-    describe_steps,
     holds_results,
-    missing_steps,
     plan,
-    rows_cover,
-    training_steps,
     unclaim,
 )
 
@@ -260,10 +262,28 @@ def check_rows(run_dir: Path, ckpt: Checkpoint, allow: Iterable[str]) -> list[tu
 
 
 def in_place(run_dir: Path, ckpt_path: Path) -> bool:
-    """Whether the checkpoint is one of `run_dir`'s own (the run continues in its own directory)."""
+    """Whether the checkpoint lies inside `run_dir` (the run continues in its own directory; a retired one
+    in checkpoints/retired/ included: it must then follow the rows there too)."""
     with contextlib.suppress(OSError):
-        return ckpt_path.resolve().parent.parent == run_dir.resolve()
+        return run_dir.resolve() in ckpt_path.resolve().parents
     return False
+
+
+def check_history(run_dir: Path, ckpt: Checkpoint) -> None:
+    """UserError (failed) when the checkpoint, one of `run_dir`'s own, was saved in another history than
+    the one metrics.jsonl holds (a rewind abandoned it): continuing it would splice two histories."""
+    losses = training_losses(run_dir)
+    if checkpoint.same_history(ckpt.state, losses):
+        return
+    record = ckpt.state[checkpoint.LAST_ROW_KEY]
+    step = int(record["step"])
+    raise UserError(
+        f"The checkpoint {ckpt.path} belongs to another history of the run in {run_dir}: it was saved after a "
+        f"loss of {record['loss']} at step {step}, and metrics.jsonl's row for that step has {losses[step]}, "
+        "so resuming from it would splice two histories into one run; continue the run with train.resume=auto "
+        "(which picks a checkpoint of the history metrics.jsonl holds), or resume from this checkpoint in a "
+        "new hydra.run.dir."
+    )
 
 
 @dataclass
@@ -325,16 +345,19 @@ def decide(
     decision.changes = check_settings(ckpt, cfg, allow)
     decision.in_place = in_place(run_dir, ckpt.path)
     if decision.in_place:
+        check_history(run_dir, ckpt)
         decision.missing = check_rows(run_dir, ckpt, allow)
     decision.checkpoint = ckpt
     return decision
 
 
-def check_before_writing(config: Any, run_dir: Path) -> None:
+def check_before_writing(config: Any, run_dir: Path) -> Decision:
     """For a start that continues the run in `run_dir` (train.resume=auto or a path inside it): every check
-    of `decide`, made on Hydra's composed `config` before anything is written there, so that a refused
-    resume leaves the run — its summary.json, its .hydra/ — as it was. Raises as `decide` does (and
-    InvalidConfig for a bad value: a run that is there is not relabelled by a command that cannot run)."""
+    of `decide`, and the corpus against the checkpoint's (its token cache opened, or built as the run would
+    build it), made on Hydra's composed `config` before anything is written there, so that a refused resume
+    leaves the run — its summary.json, its .hydra/, its train.log — as it was. Returns the decision (a skip:
+    the caller keeps Hydra from writing too). Raises as `decide` does (and InvalidConfig for a bad value: a
+    run that is there is not relabelled by a command that cannot run)."""
     from omegaconf import OmegaConf
 
     from normlab.config import checked
@@ -343,21 +366,39 @@ def check_before_writing(config: Any, run_dir: Path) -> None:
     quiet, level = logging.getLogger("normlab"), logging.getLogger("normlab").level
     quiet.setLevel(logging.ERROR)  # what it would warn about, the run itself says in a moment
     try:
-        decide(checked(task), run_dir, say=lambda _: None, mmap=True)
+        cfg = checked(task)
+        decision = decide(cfg, run_dir, say=lambda _: None, mmap=True)
+        if decision.checkpoint is not None:
+            _check_corpus_now(cfg, decision.checkpoint)
     finally:
         quiet.setLevel(level)
+    return decision
 
 
-def admit(directory: Path, resume: str | None, config: Any) -> RunDirectory:
+def _check_corpus_now(cfg: Mapping[str, Any], ckpt: Checkpoint) -> None:
+    """The corpus check the run makes once its corpus is built (`check_corpus`), made now: the corpus is
+    opened from its token cache (built into the cache, where it is not there yet, as the run would)."""
+    from normlab.train.build import run_corpus
+
+    corpus = run_corpus(cfg, progress=False)
+    check_corpus(
+        ckpt.state.get(EXPERIMENT_KEY),
+        ckpt.path,
+        corpus.cache_dir,
+        list(cfg["train"].get("resume_allow") or []),
+    )
+
+
+def admit(directory: Path, resume: str | None, config: Any) -> Decision | None:
     """Claim `directory` for a run (normlab.train.run_dir.claim_run_dir) before anything is written there;
-    one that continues the run already there is checked in full first (`check_before_writing`), and a
-    refusal lets go of the claim. For every launcher that writes run directories: the command line's
-    RunDirGuard calls it for `python train.py`."""
-    claim = claim_run_dir(directory, resume)
+    one that continues the run already there is checked in full first (`check_before_writing`: its decision
+    is returned, None for a run that continues nothing there), and a refusal lets go of the claim. For every
+    launcher that writes run directories: the command line's RunDirGuard calls it for `python train.py`."""
+    claim_run_dir(directory, resume)
     try:
         if resume and holds_results(directory) and continues(directory, resume):
-            check_before_writing(config, directory)
+            return check_before_writing(config, directory)
     except BaseException:
         unclaim(directory)
         raise
-    return claim
+    return None

@@ -24,6 +24,7 @@ the exception is raised again) and a run directory it cannot use (UserError: not
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import sys
@@ -36,6 +37,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from normlab.config.environment import shown_as_written
 from normlab.config.groups import TrainConfig
 from normlab.data import TokenCorpus
 from normlab.data.unigram import baseline_unigram_loss
@@ -45,7 +47,7 @@ from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink
 from normlab.metrics.wandb_sink import WandbSink
-from normlab.summary import SUMMARY_FILE, RunSummary
+from normlab.summary import SUMMARY_FILE, RunSummary, free_room
 from normlab.train import checkpoint, memory, outcome, step_time
 from normlab.train.build import device_label, log_model, pick_device, run_corpus
 from normlab.train.callbacks import Callback, Checkpoints, LoopResult
@@ -115,6 +117,10 @@ class Run(RunStart, RunEnd):
         self.previous: dict[str, Any] | None = None  # summary.json of the run this one continues in place
         self.experiment: dict[str, Any] | None = None  # what its checkpoints record of the experiment
         self.directory = RunDirectory(self.run_dir, (CHECKPOINT_DIR, SPIKES_DIR))
+        self._writer: Checkpoints | None = None  # its checkpoint writer (`_checkpoints`)
+        self.resumed_step = (
+            0  # the step of the checkpoint it continues (kept: its state is freed once loaded)
+        )
 
     def execute(self) -> dict[str, Any]:
         """Run to the end; returns summary.json's contents (`self.summary` holds the RunSummary)."""
@@ -153,6 +159,8 @@ class Run(RunStart, RunEnd):
             self.write_previous_summary()
             return False
         ending = outcome.ending_of(e, self._steps())
+        if ending.reason:  # a value from the environment is named as the config writes it
+            ending = dataclasses.replace(ending, reason=shown_as_written(ending.reason, self.cfg_node))
         if ending.status == "crashed":
             if self.summary.status == "running":
                 self._finish(ending)
@@ -195,6 +203,7 @@ class Run(RunStart, RunEnd):
         """Put back the summary.json the run directory held before this (refused) resume."""
         if not self.dist.is_main or self.previous is None:
             return
+        free_room(self.run_dir)  # kept for a summary this run will not write
         if self.previous:
             RunSummary.from_dict(self.previous).write(self.run_dir)
         else:  # it had none: not the `running` this run may have written
@@ -278,6 +287,7 @@ class Run(RunStart, RunEnd):
         (normlab.train.stacked.run.MemberRun)."""
         if not self.dist.is_main:
             return [], None
+        self._retire_abandoned()
         resume_step = trainer.step if self.ckpt is not None else None
         mark = {names.RESUME_CHANGED: 1} if self.decision.changes else {}
         if self.decision.missing:
@@ -323,9 +333,27 @@ class Run(RunStart, RunEnd):
         return ""
 
     def _checkpoints(self, trainer: Trainer) -> Checkpoints:
-        return Checkpoints(
-            self.run_dir / CHECKPOINT_DIR, trainer.state_dict, self.cfg["model"], experiment=self.experiment
-        )
+        """The run's checkpoint writer: one for the run, so that last.pt records the last row it saw."""
+        if self._writer is None:
+            self._writer = Checkpoints(
+                self.run_dir / CHECKPOINT_DIR,
+                trainer.state_dict,
+                self.cfg["model"],
+                experiment=self.experiment,
+            )
+        return self._writer
+
+    def _retire_abandoned(self) -> None:
+        """A run that goes on in its own directory from an older step than its newest checkpoints (a rewind
+        with train.resume=…/step_N.pt, auto sent back by missing rows, a start again from step 0) abandons
+        their history: they are retired before its first row, so nothing resumes from them (one history per
+        run directory: normlab.train.checkpoint.retire)."""
+        if not self.dist.is_main:
+            return
+        if self.restart:
+            checkpoint.retire(self.run_dir / CHECKPOINT_DIR, 0)
+        elif self.ckpt is not None and self.decision.in_place:
+            checkpoint.retire(self.run_dir / CHECKPOINT_DIR, self.resumed_step)
 
     def _report(self, trainer: Trainer, result: LoopResult) -> None:
         """What the console hears at the end: learned or not, spikes, divergence."""

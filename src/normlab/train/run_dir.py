@@ -91,14 +91,30 @@ def holds_results(directory: Path) -> bool:
     return (directory / METRICS_FILE).exists() or (checkpoints.is_dir() and any(checkpoints.glob("*.pt")))
 
 
-def read_status(directory: Path) -> tuple[str | None, int]:
-    """(summary.json's status, its steps), or (None, 0) where there is no readable summary."""
+def _summary(directory: Path) -> dict:
     try:
         summary = json.loads((directory / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
-        return None, 0
-    if not isinstance(summary, dict):
-        return None, 0
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def read_reason(directory: Path) -> str | None:
+    """summary.json's reason (why the run did not complete), None where it has none."""
+    reason = _summary(directory).get("reason")
+    return reason if isinstance(reason, str) and reason.strip() else None
+
+
+def _clause(reason: str) -> str:
+    """The first clause of a run's reason, as the cause in a sentence ("Could not write …/metrics.jsonl (No
+    space left on device)")."""
+    first = reason.strip().split("; ")[0].rstrip(".")
+    return first if len(first) <= 200 else first[:197] + "…"
+
+
+def read_status(directory: Path) -> tuple[str | None, int]:
+    """(summary.json's status, its steps), or (None, 0) where there is no readable summary."""
+    summary = _summary(directory)
     try:
         steps = int(summary.get("steps") or 0)
     except (TypeError, ValueError):
@@ -293,10 +309,11 @@ class Plan:
 def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> Plan:
     """What `train.resume=auto` does with `directory`. `check_lock=False` when the caller holds its lock.
 
-    It resumes from the newest readable checkpoint whose steps metrics.jsonl has every row of, so that a
-    truncated or deleted metrics.jsonl never leaves a hole: the steps without rows are trained again (from
-    an older step checkpoint, or from step 0 when none is old enough)."""
-    from normlab.train.checkpoint import CHECKPOINT_DIR, newest  # here: a sweep's parent needs torch only now
+    It resumes from the newest checkpoint that is whole (every byte), of the history metrics.jsonl holds,
+    and whose steps metrics.jsonl has every row of (normlab.train.logged_rows.continuable), so that a
+    truncated or deleted metrics.jsonl never leaves a hole — the steps without rows are trained again (from
+    an older step checkpoint, or from step 0 when none is old enough) — and two histories never mix."""
+    from normlab.train.checkpoint import CHECKPOINT_DIR, candidates  # here: a sweep's parent needs torch now
 
     status, steps = read_status(directory)
     if check_lock and directory.is_dir() and in_use(directory):
@@ -307,7 +324,10 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         )
     if status is None and not holds_results(directory):
         return Plan(START, "not started yet: starting it", status=None)
-    logged = training_steps(directory)
+    from normlab.train.logged_rows import continuable, rows_cover, training_losses
+
+    losses = training_losses(directory)
+    logged = list(losses)
     covered = rows_cover(logged)
     finished = status in FINISHED and (status == "diverged" or max_steps is None or steps >= max_steps)
     if finished and (status == "diverged" or covered >= steps):
@@ -321,15 +341,14 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
     elif status in (None, "running"):
         why = "left running by a process that ended without saving (SIGKILL, out of memory, power loss)"
     else:
-        why = f"ended as {status}"
-    found = newest(directory / CHECKPOINT_DIR)
-    if found is not None and found[1] > covered:  # its rows are not all there: an older checkpoint, or none
-        holes = describe_steps(missing_steps(logged, found[1]))
-        why += f", but metrics.jsonl has no rows for steps {holes}"
-        found = newest(directory / CHECKPOINT_DIR, at_most=covered)
-        if found is not None:
-            why += f", so they are trained again from {CHECKPOINT_DIR}/{found[0].name}"
+        why = f"ended as {status}" + (f" ({_clause(reason)})" if (reason := read_reason(directory)) else "")
+    found, note = continuable(directory / CHECKPOINT_DIR, losses, covered)
+    why += note
     if found is None:
+        if candidates(directory / CHECKPOINT_DIR):
+            return Plan(
+                START, f"{why}; no checkpoint it can continue, so it starts again from step 0", status=status
+            )
         return Plan(START, f"{why}; no checkpoint was saved, so it starts again from step 0", status=status)
     path, step = found
     return Plan(
@@ -339,60 +358,6 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         step=step,
         status=status,
     )
-
-
-# ----------------------------------------------------------------------------------------------------
-# metrics.jsonl against the steps a checkpoint holds: every step exactly once
-# ----------------------------------------------------------------------------------------------------
-
-
-def training_steps(directory: Path) -> list[int]:
-    """The steps of metrics.jsonl's training rows (those with a loss), in file order; torn lines left out."""
-    from normlab.metrics import names
-    from normlab.metrics.sinks import read_rows
-
-    path = directory / METRICS_FILE
-    try:
-        lines, _ = read_rows(path)
-    except OSError:
-        return []
-    steps = []
-    for line in lines:
-        row = json.loads(line)
-        if names.LOSS in row:
-            steps.append(int(row[names.STEP]))
-    return steps
-
-
-def rows_cover(steps: list[int]) -> int:
-    """The first step without a row, counting from the first row's step (0 for a run's own rows; a run that
-    continued another directory's checkpoint starts later): a checkpoint at or before it leaves no hole."""
-    present = set(steps)
-    step = min(present) if present else 0
-    while step in present:
-        step += 1
-    return step
-
-
-def missing_steps(steps: list[int], before: int) -> list[tuple[int, int]]:
-    """The runs of steps below `before` that have no row, as (first, last) pairs, from the first row's step."""
-    present = set(steps)
-    start = min(present) if present else 0
-    gaps: list[tuple[int, int]] = []
-    for step in range(start, before):
-        if step in present:
-            continue
-        if gaps and gaps[-1][1] == step - 1:
-            gaps[-1] = (gaps[-1][0], step)
-        else:
-            gaps.append((step, step))
-    return gaps
-
-
-def describe_steps(gaps: list[tuple[int, int]]) -> str:
-    """[(70, 159), (200, 200)] → "70–159 and 200"."""
-    parts = [f"{a}–{b}" if b > a else str(a) for a, b in gaps]
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 # ----------------------------------------------------------------------------------------------------

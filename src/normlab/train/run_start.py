@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from normlab.config import checked
+from normlab.config.environment import from_environment
 from normlab.config.groups import TrainConfig
 from normlab.data import TokenCorpus
 from normlab.errors import UserError
@@ -25,8 +26,8 @@ from normlab.summary import RunSummary
 from normlab.train import checkpoint, diagnosis
 from normlab.train import resume as resumes
 from normlab.train.checkpoint import Checkpoint
+from normlab.train.logged_rows import describe_steps
 from normlab.train.resume import Decision, LeftAsItWas, ResumeRefused
-from normlab.train.run_dir import describe_steps
 
 log = logging.getLogger("normlab")
 
@@ -45,12 +46,16 @@ class RunStart:
     decision: Decision
     previous: dict[str, Any] | None
     experiment: dict[str, Any] | None
+    resumed_step: int
 
     def _start(self) -> bool:
         """Check the config and decide what train.resume continues (every check made), then say `running`;
         False when train.resume=auto finds the run finished (its summary.json stays as it is)."""
         self._echo_config()
         self.cfg = checked(self.cfg_node)
+        for key in ("name", "experiment_name"):  # labels: shown, logged and sent as written
+            if key in self.environment:
+                self.cfg[key] = self.environment[key][1]
         self.train = TrainConfig.of(self.cfg["train"])
         self._echo_config()
         self._preflight()
@@ -67,6 +72,7 @@ class RunStart:
         self.restart = self.decision.restart
         self.ckpt = self.decision.checkpoint
         if self.ckpt is not None:
+            self.resumed_step = self.ckpt.step
             before = self.decision.previous or {}  # what earlier resumes of this run recorded
             self.summary.update(
                 resumed_from=f"{self.ckpt.path} (step {self.ckpt.step})",
@@ -140,11 +146,21 @@ class RunStart:
             value = cfg.get(group)
             return value.get("name") if isinstance(value, Mapping) else value
 
+        def echo(key: str, value: Any) -> Any:  # a value from the environment, as the config writes it
+            return self.environment[key][1] if key in self.environment else value
+
         self.summary.update(
-            norm=pick("norm"),
-            placement=pick("placement"),
-            depth=cfg.get("depth"),
-            warmup_steps=cfg.get("warmup_steps"),
-            seed=cfg.get("seed"),
-            name=cfg.get("name"),
+            norm=echo("norm.name", pick("norm")),
+            placement=echo("placement.name", pick("placement")),
+            depth=echo("depth", cfg.get("depth")),
+            warmup_steps=echo("warmup_steps", cfg.get("warmup_steps")),
+            seed=echo("seed", cfg.get("seed")),
+            name=echo("name", cfg.get("name")),
         )
+
+    @property
+    def environment(self) -> dict[str, tuple[Any, str]]:
+        """The settings whose values come from ${oc.env:…} (config.environment), worked out once."""
+        if getattr(self, "_environment", None) is None:
+            self._environment = from_environment(self.cfg_node)
+        return self._environment

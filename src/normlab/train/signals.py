@@ -18,11 +18,13 @@ written atomically, so even then nothing is left half-written).
 Once the run's final summary.json is written (`settle`), its ending is decided: a signal after that — while
 the sample is written, W&B finishes, the process exits — is acknowledged and ignored, so a completed run
 stays completed, exits 0 and keeps its sample. A single run keeps that handler until its command ends
-(`installed(keep_when_settled=True)`), not only until `Run.execute` returns.
+(`installed(keep_when_settled=True)`), not only until `Run.execute` returns; the command then says and
+ignores every stop signal until its process has exited (`ignored_from_now`), a sweep's as a run's.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import enum
 import os
@@ -157,6 +159,37 @@ class StopRequest:
             if not (keep_when_settled and self.settled is not None):
                 for s, handler in previous.items():
                     signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+def ignored_from_now(what: str = "run") -> None:
+    """From now until the process exits, a stop signal is said and ignored: the command's `what` (run or
+    sweep) has ended and saved what it had, so a signal while the process winds down (Hydra finishing, the
+    interpreter exiting: about a second) changes neither its files nor its exit code, and a Ctrl-C pressed
+    twice never ends in a traceback. A no-op off the main thread."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        _say(f"{signal_name(signum)} received after the {what} ended: nothing to stop")
+
+    handle.after_the_end = True  # type: ignore[attr-defined]
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in STOP_SIGNALS:
+        signal.signal(s, handle)
+
+
+def _ignore_while_exiting() -> None:
+    """At the interpreter's exit (the last atexit call: registered when this module is first imported),
+    after the command ended: the interpreter puts a Python handler back to the default — which would kill
+    the process — once Python code stops running, but leaves an ignored signal ignored. From then on the
+    stop signals are ignored without a word."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if all(getattr(signal.getsignal(s), "after_the_end", False) for s in STOP_SIGNALS):
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+
+
+atexit.register(_ignore_while_exiting)  # first registered, last called
 
 
 @contextlib.contextmanager

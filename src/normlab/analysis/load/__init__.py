@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from normlab.analysis.load.coverage import Missing, inside, missing_jobs, read_record
 from normlab.analysis.load.discover import (
     METRICS_FILE,
     SEED_KEY,
@@ -30,9 +31,11 @@ from normlab.analysis.load.discover import (
     SUMMARY_FILE,
     NoRunsFound,
     UnknownKey,
+    discover,
     find_run_dirs,
     is_run_dir,
 )
+from normlab.analysis.load.files import LINK
 from normlab.analysis.load.palette import (
     VARIANT_LINESTYLES,
     VARIANT_MARKERS,
@@ -41,7 +44,9 @@ from normlab.analysis.load.palette import (
 from normlab.analysis.load.read import (
     load_one,
     missing_steps,
+    repeated_steps,
     rows_missing_text,
+    rows_repeated_text,
     summary_from_metrics,
 )
 from normlab.analysis.load.variants import (
@@ -81,6 +86,11 @@ class RunSet:
     group_keys: list[str]
     sources: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # runs left out of every number: (run, why nothing of it could be read), and links to directories that
+    # were not followed
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    # a sweep's jobs that have no run directory (not started yet), by sweep directory
+    missing: dict[str, Missing] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in self.runs["status"].value_counts().items())
@@ -246,14 +256,29 @@ def load_runs(
     if isinstance(paths, str | Path):
         paths = [paths]
     sources = [Path(p) for p in paths]
-    dirs = find_run_dirs(sources)
-    if not dirs:
+    found = discover(sources)
+    records_of_sweeps = [r for r in (read_record(p) for p in sources) if r is not None]
+    if not found.run_dirs and not records_of_sweeps and not found.links:
         where = ", ".join(str(p) for p in sources)
         raise NoRunsFound(
             f"no run directories (with summary.json, metrics.jsonl or .hydra/config.yaml) under {where}"
         )
-    loaded = [load_one(d) for d in dirs]
-    ids = _run_ids(dirs)
+    every = [load_one(d) for d in found.run_dirs]
+    every_ids = _run_ids(found.run_dirs) if found.run_dirs else []
+    unreadable = [
+        (run_id, "; ".join(r.problems if r.problems else [r.config_problem or "nothing readable"]))
+        for run_id, r in zip(every_ids, every, strict=True)
+        if r.unreadable
+    ]
+    unreadable += [(str(link), f"{link.name} {LINK}") for link in found.links]
+    kept = [(i, r) for i, r in zip(every_ids, every, strict=True) if not r.unreadable]
+    ids = [i for i, _ in kept]
+    loaded = [r for _, r in kept]
+    missing = {
+        str(record.path): gone
+        for record in records_of_sweeps
+        if (gone := missing_jobs(record, [r.overrides for r in every if inside(r.path, record.path)]))
+    }
     warnings: list[str] = []
 
     records, all_rows = [], []
@@ -264,6 +289,10 @@ def load_runs(
             warnings.append(f"{run_id}: no summary.json; status and final values rebuilt from metrics")
         if run.bad_lines:
             warnings.append(f"{run_id}: skipped {run.bad_lines} unreadable line(s) of metrics.jsonl")
+        warnings += [f"{run_id}: {problem}" for problem in run.problems]
+        repeated = repeated_steps(run.rows)
+        if repeated:
+            warnings.append(f"{run_id}: {rows_repeated_text(repeated)}")
         if run.config_problem:
             warnings.append(
                 f"{run_id}: {run.config_problem}; its settings are taken from summary.json (norm, placement, "
@@ -287,19 +316,33 @@ def load_runs(
             record[key] = value
         record["path"] = str(run.path)
         record["rows_missing"] = sum(b - a + 1 for a, b in holes)
+        record["rows_repeated"] = sum(n - 1 for n in repeated.values())
         records.append(record)
         for row in run.rows:
             row["run"] = run_id
         all_rows.extend(run.rows)
 
-    runs = pd.DataFrame.from_records(records).set_index("run")
+    runs = (
+        pd.DataFrame.from_records(records).set_index("run")
+        if records
+        else pd.DataFrame(columns=list(dict.fromkeys(["run", "status", *SUMMARY_FIELDS, "path"]))).set_index(
+            "run"
+        )
+    )
     runs.attrs["config_keys"] = list(config_keys)
     # derived: an interpolation in every run that has the key (`model.norm.bias` exists only for norms with a bias)
     derived = {k for k in config_keys if all(k in r.derived for r in loaded if k in r.config)}
     varying = varying_keys([r.config for r in loaded], derived)
     metrics = _metrics_frame(all_rows)
     rs = RunSet(
-        runs=runs, metrics=metrics, varying=varying, group_keys=[], sources=sources, warnings=warnings
+        runs=runs,
+        metrics=metrics,
+        varying=varying,
+        group_keys=[],
+        sources=sources,
+        warnings=warnings,
+        unreadable=unreadable,
+        missing=missing,
     )
     rs = _with_groups(rs, group_by)
     for message in warnings:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,11 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = ".hydra/config.yaml"
 HYDRA_FILE = ".hydra/hydra.yaml"
+OVERRIDES_FILE = ".hydra/overrides.yaml"
+# What a sweep's parent records in the sweep directory (normlab.sweep_progress): its jobs' overrides, so that
+# a report names the jobs that have no run directory yet
+SWEEP_RECORD = ".sweep_progress.json"
+MULTIRUN_FILE = "multirun.yaml"
 RUN_MARKERS = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE)
 # Subdirectories of a run that never hold runs themselves.
 SKIP_DIRS = {".hydra", "checkpoints", "spikes", "wandb", "report", "__pycache__"}
@@ -66,16 +73,33 @@ class UnknownKey(ValueError):
 
 
 def is_run_dir(path: Path) -> bool:
-    return any((path / marker).is_file() for marker in RUN_MARKERS)
+    """Whether `path` holds any of a run's files (a link or other non-regular file included: the report then
+    names it as not read, rather than leaving the run out unsaid)."""
+    return any(os.path.lexists(path / marker) for marker in RUN_MARKERS)
+
+
+def is_sweep_dir(path: Path) -> bool:
+    return any(os.path.lexists(path / name) for name in (SWEEP_RECORD, MULTIRUN_FILE))
 
 
 def _natural_key(path: Path) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
 
 
-def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
-    """Every run directory at or under `paths`, in natural order (job 2 before job 10), without repeats."""
+@dataclass
+class Found:
+    """What a search through the given directories found: run directories, and links to directories that
+    it did not follow (a report reads only what lies inside the directories it is given)."""
+
+    run_dirs: list[Path]
+    links: list[Path] = field(default_factory=list)
+
+
+def discover(paths: Iterable[str | Path]) -> Found:
+    """Every run directory at or under `paths`, in natural order (job 2 before job 10), without repeats; a
+    symbolic link below a given path is not followed but listed in `links`."""
     found: dict[Path, None] = {}
+    links: list[Path] = []
     for raw in paths:
         root = Path(raw)
         if not root.exists():
@@ -88,7 +112,13 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
         while stack:
             d = stack.pop()
             for child in d.iterdir():
-                if not child.is_dir() or child.name in SKIP_DIRS:
+                if child.name in SKIP_DIRS:
+                    continue
+                if child.is_symlink():
+                    if child.is_dir():
+                        links.append(child)
+                    continue
+                if not child.is_dir():
                     continue
                 if is_run_dir(child):
                     hits.append(child)
@@ -96,4 +126,9 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
                     stack.append(child)
         for hit in sorted(hits, key=_natural_key):
             found[hit.resolve()] = None
-    return list(found)
+    return Found(list(found), sorted(links, key=_natural_key))
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Every run directory at or under `paths`, in natural order (job 2 before job 10), without repeats."""
+    return discover(paths).run_dirs

@@ -379,7 +379,8 @@ def shown_values(
                 columns=["variant", names.STEP, "value"],
             )
         )
-    out = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
+    frames = [f for f in frames if not f.empty]  # an axis with nothing yet (no evaluation before a stop)
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return (
         out.astype({"value": float})
         if not out.empty
