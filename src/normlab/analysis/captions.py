@@ -183,8 +183,9 @@ def _profile_ratio(rs: RunSet) -> PerRun:
 
 def _shape(log_ratios: Sequence[float]) -> tuple[str, str]:
     """(shape, how sure) of a profile from its runs' log(top / bottom): rises / falls / level when the
-    report's interval of their mean lies wholly beyond / within ±LEVEL_BAND, undecided when it straddles a
-    bound; one run (or no spread) reads the point value, marked untested."""
+    report's interval of their mean lies wholly beyond / within ±LEVEL_BAND; `falls, by an undecided
+    amount` (`rises, …`) when it lies wholly below (above) 1× but reaches into the level band; undecided
+    when it spans 1×. One run (or no spread) reads the point value, marked untested."""
     e = estimate(log_ratios)
     lo, hi = e.ci(narrative.LEVEL)
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -198,14 +199,31 @@ def _shape(log_ratios: Sequence[float]) -> tuple[str, str]:
         return "falls", sure
     if lo >= -LEVEL_BAND and hi <= LEVEL_BAND:
         return "level", sure
-    return "undecided", sure
+    band = f"part of it within the ×{math.exp(LEVEL_BAND):.3g} counted as level"
+    if hi < 0:
+        return "falls_some", f"{sure}: all of it below 1×, {band}"
+    if lo > 0:
+        return "rises_some", f"{sure}: all of it above 1×, {band}"
+    return "undecided", f"{sure}: from below 1× to above it"
 
 
 SHAPE_TEXT = {
     "rises": "rises towards the output",
     "falls": "falls towards the output",
     "level": "is about level",
-    "undecided": "is not clearly rising, level or falling",
+    # the interval lies on one side of 1×, part of it inside the band counted as level
+    "falls_some": "falls towards the output",
+    "rises_some": "rises towards the output",
+    "undecided": "has no clear direction",
+}
+# the shapes each reading leaves possible, against which a prediction is read
+POSSIBLE = {
+    "rises": {"rises"},
+    "falls": {"falls"},
+    "level": {"level"},
+    "falls_some": {"falls", "level"},
+    "rises_some": {"rises", "level"},
+    "undecided": {"falls", "level", "rises"},
 }
 
 
@@ -223,10 +241,13 @@ def _grad_profile_init(rs: RunSet) -> str | None:
         ratio = math.exp(float(np.mean(logs)))
         expected = XIONG_EXPECTS.get(str(placement.get(variant)))
         verdict = ""
-        if expected is not None and shape != "undecided":
-            verdict = "; as predicted" if shape == expected else "; against the prediction"
-            if shape != expected:
+        if expected is not None:
+            possible = POSSIBLE[shape]
+            if expected not in possible:
+                verdict = "; against the prediction"
                 against.append(variant)
+            else:
+                verdict = "; as predicted" if possible == {expected} else "; undecided against the prediction"
         parts.append(
             f"`{variant}` {SHAPE_TEXT[shape]} (block {top} / block 0 = {ratio:.3g}×, {sure}{verdict})"
         )
@@ -361,13 +382,41 @@ def _update_ratio(rs: RunSet) -> str | None:
     )
 
 
+MODEL_UPDATE_TEXT = (
+    "DeepNet's model update (the distance of the output logits from their values at initialisation, "
+    "‖F(x, θ_t) − F(x, θ_0)‖ per position on a fixed probe batch)"
+)
+
+
+def _first_measured(sub: pd.DataFrame, _: pd.Series) -> float:
+    """The model update at the first measured step after initialisation (0 there by definition)."""
+    have = sub[sub[names.STEP] > 0].dropna(subset=[names.MODEL_UPDATE])
+    return float(have[names.MODEL_UPDATE].iloc[0]) if len(have) else math.nan
+
+
 def _model_update(rs: RunSet) -> str | None:
     end = per_variant(
         rs, [names.MODEL_UPDATE], _at_last_measured([names.MODEL_UPDATE], lambda r: float(r.iloc[0]))
     )
     if not end:
         return None
-    return _extremes(end, "DeepNet's model update at the last measured step", _fmt, log=True) + "."
+    if len(end) > 1:
+        return _extremes(end, f"{MODEL_UPDATE_TEXT} at the last measured step", _fmt, log=True) + "."
+    ((variant, values),) = end.items()
+    start = per_variant(rs, [names.MODEL_UPDATE], _first_measured).get(variant)
+    runs = rs.valid[rs.valid["variant"] == variant].index
+    rows = rs.metrics[rs.metrics["run"].isin(runs)].dropna(subset=[names.MODEL_UPDATE])
+    steps = rows[names.STEP]
+    first_step = int(steps[steps > 0].min()) if (steps > 0).any() else None
+    text = f"{MODEL_UPDATE_TEXT} is {_fmt(_mean(values))} in `{variant}` at its last measured step"
+    if len(steps):
+        text += f" (step {int(steps.max())})"
+    if start and first_step is not None:
+        text += (
+            f", {_mean(values) / _mean(start):.3g}× its value at step {first_step}, the first measurement after "
+            f"initialisation ({_fmt(_mean(start))})"
+        )
+    return text + f"; `{variant}` is the only variant that logs it."
 
 
 def _layer_ablation(rs: RunSet) -> str | None:
