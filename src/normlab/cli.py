@@ -241,6 +241,9 @@ class RunDirGuard(Callback):
     normlab.train.run_dir, which owns the directory. The claim lasts until the command ends (`guarded`)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if refusal := suggest.sweep_without_multirun(config):  # a sweep preset without -m: nothing written
+            print(f"error: {refusal}", file=sys.stderr)
+            raise SystemExit(EXIT_FAILED)
         directory = _select(config, "hydra.run.dir")
         if directory is not None:
             from normlab.train.resume import admit  # here: it needs torch, which `--help` does not

@@ -157,8 +157,8 @@ class Run(RunStart, RunEnd):
             if self.summary.status == "running":
                 self._finish(ending)
             return False
-        if ending.status == "invalid":
-            log.warning("invalid config, skipped: %s", ending.reason)
+        if ending.status == "invalid":  # a sweep's job (keep_signals False) is skipped and the sweep goes on
+            log.warning("invalid config%s: %s", "" if self.keep_signals else ", skipped", ending.reason)
         try:
             self._finish(ending)
         except OSError as err:  # e.g. the disk is full: the sentence still reaches the console
