@@ -3,15 +3,28 @@
 metrics.jsonl stays the source of truth: nothing here may stop training. Starting falls back from online
 to offline to nothing, each failure reported in one line; a failed `log` disables the sink for the rest
 of the run. W&B's files go to RUN_DIR/wandb/, so an offline run can be browsed with `wandb leet` and
-uploaded later with `wandb sync`.
+uploaded later.
 
 The W&B run starts with the first metrics row, so a run that never trained (missing data, a crash while
 building the model) leaves no empty W&B run behind. Its id is kept in the run directory (RUN_ID_FILE): a
-resumed run continues its own W&B run (`wandb.init(id=…, resume="allow")`, offline too: `wandb sync` puts
-the pieces together) instead of starting a second one; a run started afresh in its directory gets a new id. Each training run is one W&B run: `group` = the sweep,
-`job_type` = the variant (what the sweep varies, seed excluded, e.g. `ln, pre`), the config flattened to
-the override keys, and the per-layer metrics (`grad_norm/layer_i`, `act_rms/layer_i`, ...) in panel
-sections of their own (W&B makes a section of the name before the first "/").
+resumed run logs on under the same id (`wandb.init(id=…, resume="allow")`) instead of starting a second
+W&B run; a run started afresh in its directory gets a new id. Online, the server continues that run.
+Offline, each process writes a fragment of its own, `RUN_DIR/wandb/offline-run-TIME-ID/` (its `resumed`
+flag False and W&B's own `_step` counting from 0 again: an offline process cannot know the run exists).
+Plain `wandb sync` of several fragments with one id is not documented to join them (wandb/wandb#3841,
+#5865); `wandb beta sync --id ID` is, as W&B's CLI help says of `--id`: files synced with it "in order of
+start time", "intended to work with syncing multiple resumed fragments of the same run". So the one line
+an offline run prints (`sync_command`) names every fragment of its run, in order: `wandb sync FRAGMENT`
+for one, `wandb beta sync --id ID -p PROJECT FRAGMENT…` for several. Checked here without a server: the
+fragments share the id, each holds only its own steps (our `step` key, the x axis of every chart, runs on
+across them), and `wandb beta sync --dry-run` accepts the command and lists every fragment
+(tests/metrics/test_wandb.py). Not checked without a server: the upload itself, and how W&B's UI shows
+the joined history (W&B's `_step` of a later fragment).
+
+Each training run is one W&B run: `group` = the sweep, `job_type` = the variant (what the sweep varies,
+seed excluded, e.g. `ln, pre`), the config flattened to the override keys, and the per-layer metrics
+(`grad_norm/layer_i`, `act_rms/layer_i`, ...) in panel sections of their own (W&B makes a section of the
+name before the first "/").
 """
 
 from __future__ import annotations
@@ -19,7 +32,9 @@ from __future__ import annotations
 import logging
 import netrc
 import os
+import re
 import secrets
+import shlex
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -53,7 +68,8 @@ class LoggerConfig(Knobs):
 @dataclass(frozen=True)
 class WandbConfig(LoggerConfig):
     """Weights & Biases, on top of metrics.jsonl (which stays the source of truth; a W&B failure never stops
-    training). Files go to RUN_DIR/wandb/. Without credentials the run is logged offline: `wandb sync` later."""
+    training). Files go to RUN_DIR/wandb/. Without credentials the run is logged offline, and it prints the
+    command that uploads it later."""
 
     name: str = knob("wandb", "the logger (logger=NAME)", choices=lambda: tuple(LOGGERS))
     project: str = knob("normlab", "W&B project")
@@ -261,18 +277,53 @@ def run_id(run_dir: Path, fresh: bool, new_id: Callable[[], str] = new_run_id) -
     return made
 
 
-def announce(run: Any, credentials: bool) -> None:
-    """The one line a user needs: where an online run is, or how to upload an offline one."""
+def fragments(run_dir: Path, run_id: str) -> list[Path]:
+    """The offline fragments of W&B run `run_id` in `run_dir` (one per process that logged to it: a run
+    and each of its resumes), oldest first: W&B names each folder offline-run-YYYYMMDD_HHMMSS-ID, with
+    -N appended where a folder of that second exists already."""
+    pattern = re.compile(rf"offline-run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?")
+    found = []
+    for p in (Path(run_dir) / "wandb").glob("offline-run-*"):
+        m = pattern.fullmatch(p.name)
+        if m and p.is_dir():
+            found.append(((m.group(1), int(m.group(2) or 0)), p))
+    return [p for _, p in sorted(found)]
+
+
+def sync_command(parts: list[Path], run_id: str, project: str, entity: str | None = None) -> str:
+    """The one command that uploads every fragment of one offline W&B run: `wandb sync` for a single
+    fragment; for several, `wandb beta sync --id`, which syncs them in order of start time as one run (what
+    W&B documents for resumed fragments; see the module docstring)."""
+    paths = [str(p) for p in parts]
+    if len(paths) == 1:
+        return shlex.join(["wandb", "sync", *paths])
+    owner = ["-e", entity] if entity else []
+    return shlex.join(["wandb", "beta", "sync", "--id", run_id, "-p", project, *owner, *paths])
+
+
+def announce(
+    run: Any,
+    credentials: bool,
+    run_dir: Path | None = None,
+    project: str = "normlab",
+    entity: str | None = None,
+) -> None:
+    """The one line a user needs: where an online run is, or how to browse an offline one and the one
+    command that uploads all of it (every fragment its resumes wrote in `run_dir`)."""
     settings = getattr(run, "settings", None)
     if getattr(settings, "mode", None) == "offline":
         why = "" if credentials else " (no W&B credentials found)"
         where = getattr(settings, "sync_dir", None) or "RUN_DIR/wandb/offline-run-*"
-        log.info(
-            "W&B offline%s; browse it with: wandb leet %s; upload later with: wandb sync %s",
-            why,
-            where,
-            where,
-        )
+        rid = getattr(run, "id", None)
+        parts = fragments(run_dir, rid) if run_dir is not None and rid else []
+        if len(parts) > 1:
+            upload = (
+                f"upload all {len(parts)} parts of this run (one per start: the first and each resume), in "
+                f"order, as one W&B run with: {sync_command(parts, rid, project, entity)}"
+            )
+        else:
+            upload = f"upload later with: wandb sync {where}"
+        log.info("W&B offline%s; browse it with: wandb leet %s; %s", why, where, upload)
     else:
         log.info("W&B run: %s", getattr(run, "url", None))
 
@@ -337,7 +388,7 @@ class WandbSink(RowSink):
             if run is None:
                 log.warning("W&B off for this run; metrics.jsonl has everything.")
                 return None
-            announce(run, has_credentials(base_url))
+            announce(run, has_credentials(base_url), run_dir, lcfg.project, lcfg.entity)
             return run
 
         return cls(None, wandb, start)
