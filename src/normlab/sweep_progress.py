@@ -9,11 +9,17 @@ prints
 
     [sweep] 3/6 done · ln-post-L6-w50-s0 completed · 1.2 min elapsed, about 1.2 min left
 
-to stderr. The estimate is elapsed × (jobs left / jobs done): the jobs of a sweep take similar times.
+to stderr. The time left (`time_left`) is the time spent so far scaled by the work left: finished jobs
+count whole and running ones by their share of steps (the last row of their metrics.jsonl), so jobs that
+run side by side and end close together do not make the estimate jump; jobs a continued sweep skipped
+(finished earlier) count as done but not as work of this invocation. A job a signal interrupted is not
+done: its line says the sweep is stopping, with no time left (the sweep prints the command that continues
+it). The parent's line for jobs running side by side (normlab.sweeps.live) uses the same estimate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -27,6 +33,8 @@ from omegaconf import DictConfig, OmegaConf
 
 STATE_FILE = ".sweep_progress.json"
 DONE_FILE = ".sweep_done"
+FINAL = ("completed", "diverged", "invalid", "failed", "crashed")  # a job that ended this way is done
+TAIL_BYTES = 8192
 
 
 def count_jobs(config: DictConfig) -> int | None:
@@ -47,10 +55,107 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
-def progress_line(done: int, total: int | None, label: str, elapsed: float) -> str:
+def last_row(metrics: Path) -> dict | None:
+    """The last whole row of a metrics.jsonl, reading only its tail."""
+    try:
+        with metrics.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - TAIL_BYTES))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        with contextlib.suppress(ValueError):
+            row = json.loads(line)
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                return row
+    return None
+
+
+def max_steps_of(run_dir: Path) -> int | None:
+    """train.max_steps from the job's .hydra/config.yaml (as written: a number)."""
+    import yaml  # Hydra's own dependency
+
+    with contextlib.suppress(OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return int(yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())["train"]["max_steps"])
+    return None
+
+
+def status_of(run_dir: Path) -> str | None:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return str(json.loads((run_dir / "summary.json").read_text())["status"])
+    return None
+
+
+def share_done(run_dir: Path, max_steps: int | None = None) -> float:
+    """How much of a running job's steps are done (0 to 1), from the last row of its metrics.jsonl (the
+    final evaluation's row, at step max_steps, counts as all of them)."""
+    row = last_row(run_dir / "metrics.jsonl")
+    total = max_steps if max_steps is not None else max_steps_of(run_dir)
+    if row is None or not total:
+        return 0.0
+    return min((row["step"] + 1) / total, 1.0)
+
+
+def running_shares(sweep_dir: Path) -> list[float]:
+    """The share done of every job in `sweep_dir` whose summary.json says it is running now."""
+    shares = []
+    with contextlib.suppress(OSError):
+        for run_dir in sweep_dir.iterdir():
+            if run_dir.is_dir() and not run_dir.name.startswith(".") and status_of(run_dir) == "running":
+                shares.append(share_done(run_dir))
+    return shares
+
+
+def time_left(
+    elapsed: float, total: int | None, done: int, skipped: int, shares: list[float]
+) -> float | None:
+    """Seconds left: `elapsed` × work left / work done in this invocation, a running job counting by its share
+    of steps, jobs skipped as finished earlier counting as done but not as work done now; None when nothing
+    has been done yet (or no total is known)."""
+    if not total:
+        return None
+    running = sum(shares)
+    finished_now = (done - skipped) + running
+    if finished_now <= 0:
+        return None
+    return elapsed * max(total - done - running, 0.0) / finished_now
+
+
+def done_count(sweep_dir: Path) -> int | None:
+    """Jobs done so far (this invocation's and those a continued sweep skipped), None before the file exists."""
+    try:
+        return len((sweep_dir / DONE_FILE).read_text().split())
+    except OSError:
+        return None
+
+
+def read_state(sweep_dir: Path) -> dict[str, Any]:
+    try:
+        state = json.loads((sweep_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        state = {}
+    return {"total": state.get("total"), "started": state.get("started"), "skipped": state.get("skipped", 0)}
+
+
+def progress_line(
+    done: int,
+    total: int | None,
+    label: str,
+    elapsed: float,
+    left: float | None = None,
+    stopping: bool = False,
+) -> str:
+    """The line as each job ends; `left` the seconds left (by default elapsed × jobs left / jobs done),
+    `stopping` for a job a signal interrupted: no time left is given, the sweep is stopping."""
+    if stopping:
+        head = f"[sweep] {done}/{total} done" if total else f"[sweep] {done} done"
+        return f"{head} · {label} · {duration(elapsed)} elapsed; the sweep is stopping"
     if not total:
         return f"[sweep] {done} done · {label} · {duration(elapsed)} elapsed"
-    left = elapsed * (total - done) / done if done else float("nan")
+    if left is None:
+        left = elapsed * (total - done) / done if done else float("nan")
     tail = "all done" if done >= total else f"about {duration(left)} left"
     return f"[sweep] {done}/{total} done · {label} · {duration(elapsed)} elapsed, {tail}"
 
@@ -71,24 +176,31 @@ class SweepProgress(Callback):
         if hydra_cfg.mode is None or hydra_cfg.mode.name != "MULTIRUN":
             return
         sweep_dir = Path(hydra_cfg.sweep.dir)
-        try:
-            state = json.loads((sweep_dir / STATE_FILE).read_text())
-        except (OSError, ValueError):
-            state = {"total": None, "started": None}
-        label = f"{config.get('name', hydra_cfg.job.num)} {job_status(Path(hydra_cfg.runtime.output_dir), job_return)}"
-        # one write with O_APPEND: lines from concurrent jobs never interleave
-        fd = os.open(sweep_dir / DONE_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, f"{hydra_cfg.job.num}\n".encode())
-        finally:
-            os.close(fd)
-        done = len((sweep_dir / DONE_FILE).read_text().split())
+        state = read_state(sweep_dir)
+        status = job_status(Path(hydra_cfg.runtime.output_dir), job_return)
+        label = f"{config.get('name', hydra_cfg.job.num)} {status}"
+        stopping = status == "interrupted"  # not done: the sweep's continue command runs it again
+        if not stopping:  # one write with O_APPEND: lines from concurrent jobs never interleave
+            fd = os.open(sweep_dir / DONE_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, f"{hydra_cfg.job.num}\n".encode())
+            finally:
+                os.close(fd)
+        done = done_count(sweep_dir) or 0
         elapsed = time.time() - state["started"] if state.get("started") else 0.0
-        print(progress_line(done, state.get("total"), label, elapsed), file=sys.stderr, flush=True)
+        left = (
+            None
+            if stopping
+            else time_left(elapsed, state["total"], done, state["skipped"], running_shares(sweep_dir))
+        )
+        print(
+            progress_line(done, state["total"], label, elapsed, left, stopping), file=sys.stderr, flush=True
+        )
 
 
 def mark_done(sweep_dir: Path, nums: list[int]) -> None:
-    """Count jobs a continued sweep skips (they finished in an earlier invocation) as done."""
+    """Count jobs a continued sweep skips (they finished in an earlier invocation) as done, and as skipped:
+    no work of this invocation (`time_left`)."""
     if not nums:
         return
     fd = os.open(sweep_dir / DONE_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -96,6 +208,10 @@ def mark_done(sweep_dir: Path, nums: list[int]) -> None:
         os.write(fd, "".join(f"{n}\n" for n in nums).encode())
     finally:
         os.close(fd)
+    state = read_state(sweep_dir)  # the parent, before any job starts: no other writer
+    state["skipped"] = state["skipped"] + len(nums)
+    with contextlib.suppress(OSError):
+        (sweep_dir / STATE_FILE).write_text(json.dumps(state))
 
 
 def job_status(run_dir: Path, job_return: Any) -> str:

@@ -56,7 +56,7 @@ from normlab.train.resume import Decision, LeftAsItWas
 from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory
 from normlab.train.run_end import ResumeCommand, RunEnd
 from normlab.train.run_start import RunStart
-from normlab.train.sample import generate
+from normlab.train.sample import generate, one_line
 from normlab.train.signals import StopRequest, exit_code
 
 log = logging.getLogger("normlab")
@@ -252,7 +252,7 @@ class Run(RunStart, RunEnd):
                     seed=self.cfg["seed"],
                 )
                 write_text_atomic(self.run_dir / SAMPLE_FILE, text + "\n")
-                log.info("sample: %s", text)
+                log.info("sample: %s", one_line(text))
 
     def _fit(self, trainer: Trainer) -> tuple[LoopResult, list[dict[str, Any]]]:
         """Train; returns the loop's result and the rows metrics.jsonl kept from before a resume."""

@@ -43,7 +43,7 @@ from normlab.train.callbacks import Callback, LoopResult
 from normlab.train.checkpoint import LAST
 from normlab.train.run import Run
 from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE
-from normlab.train.sample import generate
+from normlab.train.sample import generate, one_line
 from normlab.train.signals import Interrupted, StopRequest
 from normlab.train.stacked.trainer import MemberView, StackedTrainer
 
@@ -147,7 +147,7 @@ class MemberRun(Run):
                     seed=self.cfg["seed"],
                 )
                 write_text_atomic(self.run_dir / SAMPLE_FILE, text + "\n")
-                log.info("%s sample: %s", self.cfg["name"], text)
+                log.info("%s sample: %s", self.cfg["name"], one_line(text))
         except Exception as e:  # writing its files failed (a full disk): its ending, not the stack's
             self.handle(e)
         finally:
