@@ -124,3 +124,23 @@ def test_the_sweep_line_agrees_with_the_jobs_lines_and_never_runs_past_the_end(t
     assert (
         stopping == "[sweep] stopping, saving: #6 ln-pre-s0 50/200 (loss 3.00) · 5/6 done · 2.2 min elapsed"
     )
+
+
+def test_a_reason_many_jobs_share_is_said_once(tmp_path):
+    """A missing corpus fails every job of a sweep the same way: the first job says it, the others point to
+    it, and the sweep's end lists them on one line."""
+    from normlab.sweep_progress import first_time
+    from normlab.sweeps.ending import JobEnding, grouped_lines, job_numbers
+    from normlab.sweeps.jobs import Job
+
+    missing = "Cannot download TinyStories (no network connection, …); train on data=synthetic."
+    assert first_time(tmp_path, missing, 0) is True
+    assert first_time(tmp_path, missing, 1) is False  # another job, the same process (a stack's member)
+    assert first_time(tmp_path, "Another reason.", 2) is True
+    assert job_numbers([0, 1, 2, 3, 5, 7, 8]) == "#0–#3, #5, #7, #8"
+    endings = [JobEnding(Job(n, [], f"seed={n}"), "failed", f"failed: {missing}") for n in range(8)]
+    endings.append(JobEnding(Job(8, [], "seed=8"), "completed", "completed (3 steps)"))
+    assert grouped_lines(endings) == [
+        f"  #0–#7 (8 jobs) — failed: {missing}",
+        "  #8 seed=8 — completed (3 steps)",
+    ]

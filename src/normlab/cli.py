@@ -137,10 +137,10 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         raise
     status = summary["status"]
     if status == "failed":
-        print(f"error: {summary['reason']}", file=sys.stderr)
-        if summary.get("resume_command") and not multirun:
-            print(f"continue with: {summary['resume_command']}", file=sys.stderr)
-        if not multirun:  # in a sweep: recorded, and the sweep reports it at the end
+        if not multirun:  # in a sweep: recorded; the sweep prints a reason once, however many jobs share it
+            print(f"error: {summary['reason']}", file=sys.stderr)
+            if summary.get("resume_command"):
+                print(f"continue with: {summary['resume_command']}", file=sys.stderr)
             sys.exit(EXIT_FAILED)
     elif status == "invalid":  # the run already logged its one sentence
         if not multirun:
@@ -198,8 +198,7 @@ def run_stacked_jobs(jobs: list[Any], threads: int | None = None) -> list[Any]:
             outcomes.append(error)
             continue
         status = summary["status"]
-        if status == "failed":
-            print(f"error: {summary['reason']}", file=sys.stderr)
+        if status == "failed":  # recorded; the sweep prints a reason once (normlab.sweep_progress)
             outcomes.append(JobFailed(str(summary["reason"])))
         elif status == "interrupted":
             print(

@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 STATE_FILE = ".sweep_progress.json"
 DONE_FILE = ".sweep_done"
+ERRORS_FILE = ".sweep_errors"  # each job's failure reason, so a reason many jobs share is printed once
 FINAL = ("completed", "diverged", "invalid", "failed", "crashed")  # a job that ended this way is done
 TAIL_BYTES = 8192
 
@@ -169,6 +170,7 @@ class SweepProgress(Callback):
         except Exception:  # an unusual sweep syntax: progress without a total, never a failed sweep
             total = None
         (sweep_dir / DONE_FILE).unlink(missing_ok=True)
+        (sweep_dir / ERRORS_FILE).unlink(missing_ok=True)
         (sweep_dir / STATE_FILE).write_text(json.dumps({"total": total, "started": time.time()}))
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
@@ -193,9 +195,15 @@ class SweepProgress(Callback):
             if stopping
             else time_left(elapsed, state["total"], done, state["skipped"], running_shares(sweep_dir))
         )
+        reason = failure(Path(hydra_cfg.runtime.output_dir)) if status == "failed" else None
+        first = reason is not None and first_time(sweep_dir, reason, hydra_cfg.job.num)
+        if reason is not None and not first:
+            label += " (the error printed above)"
         print(
             progress_line(done, state["total"], label, elapsed, left, stopping), file=sys.stderr, flush=True
         )
+        if first:
+            print(f"error: {reason}", file=sys.stderr, flush=True)
 
 
 def mark_done(sweep_dir: Path, nums: list[int]) -> None:
@@ -212,6 +220,33 @@ def mark_done(sweep_dir: Path, nums: list[int]) -> None:
     state["skipped"] = state["skipped"] + len(nums)
     with contextlib.suppress(OSError):
         (sweep_dir / STATE_FILE).write_text(json.dumps(state))
+
+
+def failure(run_dir: Path) -> str | None:
+    """The reason summary.json gives for a failed job (the environment: data, network, device, disk)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return str(json.loads((run_dir / "summary.json").read_text())["reason"])
+    return None
+
+
+def first_time(sweep_dir: Path, reason: str, job: int | str = 0) -> bool:
+    """Record that this job failed for `reason`; True when no other job of the sweep has yet: a missing
+    corpus fails every job the same way, and the sweep says so once. Each job appends `pid-job<TAB>reason`
+    in one write and the first line with the reason decides, so two jobs failing at once (in two processes,
+    or members of one stack in one) print it once."""
+    text = " ".join(reason.split())
+    mine = f"{os.getpid()}-{job}\t{text}"
+    try:
+        fd = os.open(sweep_dir / ERRORS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{mine}\n".encode())
+        finally:
+            os.close(fd)
+        recorded = (sweep_dir / ERRORS_FILE).read_text().splitlines()
+    except OSError:
+        return True
+    firsts = [r for r in recorded if r.split("\t", 1)[-1] == text]
+    return not firsts or firsts[0] == mine
 
 
 def job_status(run_dir: Path, job_return: Any) -> str:
