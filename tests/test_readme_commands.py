@@ -108,3 +108,58 @@ def test_the_default_size_is_named_as_hours_on_a_cpu():
     assert "hours on 2 CPU cores" in text
     # and the default is indeed that slow: the cost model's single run at the defaults, over 30 min
     assert job_seconds(compose_config(["data=synthetic"]), {}) > 30 * 60
+
+
+SCALING = ROOT / "docs" / "scaling.md"
+SMALL = [  # the documented command sized down to seconds: fewer steps, two blocks, short windows
+    "train.max_steps=3",
+    "depth=2",
+    "train.seq_len=32",
+    "train.batch_size=8",
+    "train.eval_batches=2",
+    "train.eval_every=0",
+    "warmup_steps=2",
+    "train.sample_tokens=40",  # a sample long enough to span lines
+    "data.n_train_stories=400",
+    "data.n_val_stories=40",
+    "data.vocab_size=512",
+    "logger=none",
+    "hydra.launcher.n_jobs=1",
+]
+
+
+@pytest.mark.slow  # eight stacked runs in a subprocess (~30 s on 2 idle cores)
+def test_the_documented_stacked_sweep_runs_offline(tmp_path):
+    """docs/scaling.md's stacked command, as written (sized down), with no network: every job completes,
+    each under a name of its own that carries its learning rate, and every console line carries its
+    prefix (a multi-line sample stays on one line)."""
+    import os
+    import subprocess
+    import sys
+
+    text = section(SCALING.read_text(), "When to stack: many small runs as one model")
+    (command, _), *_ = command_lines(text)
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "train.py", "-m"] and "data=synthetic" in argv
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    env["NORMLAB_CACHE_DIR"] = str(tmp_path / "cache")
+    sweep = tmp_path / "sweep"
+    out = subprocess.run(
+        [sys.executable, *argv[1:], *SMALL, f"hydra.sweep.dir={sweep}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said[-3000:]
+    assert "TinyStories" not in said
+    import json
+
+    summaries = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
+    assert len(summaries) == 8 and {s["status"] for s in summaries} == {"completed"}
+    names = [s["name"] for s in summaries]
+    assert len(set(names)) == 8 and all(re.search(r"-s\d-lr0\.00[13]$", n) for n in names), names
+    stray = [line for line in said.splitlines() if line.strip() and not line.startswith(("[", "  ", "\t"))]
+    assert not stray, stray  # every line is a log line, a [sweep] line or an indented part of one
