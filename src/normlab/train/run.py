@@ -325,5 +325,6 @@ class Run(RunStart, RunEnd):
             console=not bar and not self.side_by_side,
             hint=self.step_time and trainer.step < max_steps,
             tiny_flops_ratio=step_time.tiny_flops_ratio(self.cfg) if trainer.device.type == "cpu" else None,
+            first_block=self.train.flush_every,
         )
         return [ProgressBar(max_steps, trainer.step, name, bar, per_step), lines]
