@@ -185,6 +185,7 @@ def comparison_text(rs: RunSet, title: str) -> str:
     parts = [f"## {title}", ""]
     if sentences["warnings"]:
         parts += [f"- ⚠ {w}" for w in sentences["warnings"]] + [""]
+    parts += [f"{s}" for s in sentences["conditions"]] + ([""] if sentences["conditions"] else [])
     parts += [" ".join(sentences["summary"]), ""]
     effects = narrative.contrasts(rs)
     if effects:
