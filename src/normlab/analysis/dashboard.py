@@ -185,7 +185,8 @@ def comparison_text(rs: RunSet, title: str) -> str:
     parts = [f"## {title}", ""]
     if sentences["warnings"]:
         parts += [f"- ⚠ {w}" for w in sentences["warnings"]] + [""]
-    parts += [f"{s}" for s in sentences["conditions"]] + ([""] if sentences["conditions"] else [])
+    for sentence in sentences["conditions"]:  # what the comparison holds under; converged or not
+        parts += [sentence, ""]
     parts += [" ".join(sentences["summary"]), ""]
     effects = narrative.contrasts(rs)
     if effects:
