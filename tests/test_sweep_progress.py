@@ -73,6 +73,7 @@ def test_the_time_left_counts_running_jobs_by_their_share_and_not_skipped_ones()
     # a continued sweep: 3 jobs skipped (finished earlier) are done, but none of this invocation's work
     assert time_left(30.0, 6, 4, 3, [0.5]) == 30.0 * 1.5 / 1.5
     assert time_left(5.0, 6, 3, 3, []) is None  # nothing done yet in this invocation: no estimate
+    assert time_left(30.0, 6, 0, 0, [0.1, 0.1]) is None  # start-up would dominate: none until a job's worth
     assert time_left(5.0, None, 1, 0, []) is None
 
 

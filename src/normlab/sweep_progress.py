@@ -113,13 +113,14 @@ def time_left(
     elapsed: float, total: int | None, done: int, skipped: int, shares: list[float]
 ) -> float | None:
     """Seconds left: `elapsed` × work left / work done in this invocation, a running job counting by its share
-    of steps, jobs skipped as finished earlier counting as done but not as work done now; None when nothing
-    has been done yet (or no total is known)."""
+    of steps, jobs skipped as finished earlier counting as done but not as work done now; None before one
+    job's worth of work is done (the jobs' start-up, which the shares do not see, would make it several times
+    too long: 15 min said for a demo that took 8) or when no total is known."""
     if not total:
         return None
     running = sum(shares)
     finished_now = (done - skipped) + running
-    if finished_now <= 0:
+    if finished_now < 1:  # before one job's worth, start-up dominates the time spent: no estimate yet
         return None
     return elapsed * max(total - done - running, 0.0) / finished_now
 
