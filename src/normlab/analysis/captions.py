@@ -388,10 +388,15 @@ MODEL_UPDATE_TEXT = (
 )
 
 
-def _first_measured(sub: pd.DataFrame, _: pd.Series) -> float:
-    """The model update at the first measured step after initialisation (0 there by definition)."""
-    have = sub[sub[names.STEP] > 0].dropna(subset=[names.MODEL_UPDATE])
-    return float(have[names.MODEL_UPDATE].iloc[0]) if len(have) else math.nan
+def _half_way(sub: pd.DataFrame, _: pd.Series) -> float:
+    """The first measured step at which the model update reached half of its last measured value: whether
+    the function moved early in training (DeepNet's concern) or late."""
+    have = sub.dropna(subset=[names.MODEL_UPDATE])
+    if have.empty:
+        return math.nan
+    last = float(have[names.MODEL_UPDATE].iloc[-1])
+    reached = have[have[names.MODEL_UPDATE] >= last / 2]
+    return float(reached[names.STEP].iloc[0]) if len(reached) else math.nan
 
 
 def _model_update(rs: RunSet) -> str | None:
@@ -403,20 +408,15 @@ def _model_update(rs: RunSet) -> str | None:
     if len(end) > 1:
         return _extremes(end, f"{MODEL_UPDATE_TEXT} at the last measured step", _fmt, log=True) + "."
     ((variant, values),) = end.items()
-    start = per_variant(rs, [names.MODEL_UPDATE], _first_measured).get(variant)
     runs = rs.valid[rs.valid["variant"] == variant].index
-    rows = rs.metrics[rs.metrics["run"].isin(runs)].dropna(subset=[names.MODEL_UPDATE])
-    steps = rows[names.STEP]
-    first_step = int(steps[steps > 0].min()) if (steps > 0).any() else None
+    steps = rs.metrics[rs.metrics["run"].isin(runs)].dropna(subset=[names.MODEL_UPDATE])[names.STEP]
     text = f"{MODEL_UPDATE_TEXT} is {_fmt(_mean(values))} in `{variant}` at its last measured step"
     if len(steps):
         text += f" (step {int(steps.max())})"
-    if start and first_step is not None:
-        text += (
-            f", {_mean(values) / _mean(start):.3g}× its value at step {first_step}, the first measurement after "
-            f"initialisation ({_fmt(_mean(start))})"
-        )
-    return text + f"; `{variant}` is the only variant that logs it."
+    half = per_variant(rs, [names.MODEL_UPDATE], _half_way).get(variant)
+    if half:
+        text += f"; it had reached half of that by step {_mean(half):.0f} (mean over its runs)"
+    return text + f", and `{variant}` is the only variant that logs it."
 
 
 def _layer_ablation(rs: RunSet) -> str | None:
