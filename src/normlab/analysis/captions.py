@@ -119,9 +119,12 @@ def _fmt(x: float) -> str:
 
 def _extremes(values: dict[str, list[float]], what: str, fmt: Callable[[float], str], log: bool) -> str:
     """'{what} is highest in `a` (x) and lowest in `b` (y): a/b = 3.2× (tested: …)'."""
-    if len(values) < 2:
+    if len(values) < 2:  # nothing to compare with: the spread over its runs is the reference
         ((v, xs),) = values.items()
-        return f"{what} is {fmt(_mean(xs))} in `{v}` (the only variant with it)"
+        spread = (
+            f"mean of {len(xs)} runs, from {fmt(min(xs))} to {fmt(max(xs))}" if len(xs) > 1 else "one run"
+        )
+        return f"{what} is {fmt(_mean(xs))} in `{v}` ({spread}; no other variant has it to compare with)"
     hi, lo, diff = contrast(values, log=log)
     sep = "/" if log else "−"
     return (
