@@ -137,9 +137,9 @@ class ProgressLog(Callback):
     def _still_waiting(self) -> None:
         n, waited = self.first_block, self.waiting_s
         self.emit(
-            f"training: the first {n} steps are under way ({waited:.0f} s so far, so at least "
-            f"{fmt_step(waited / n)} a step); the measured step time and the run's length follow once they are "
-            f"done (train.flush_every={n} steps a block)"
+            f"training: the first {n} steps are under way ({waited:.0f} s so far: at least "
+            f"{fmt_step(waited / n)} for each of these first steps, which are measured in full and run slower); "
+            f"the step time and the run's length follow once they are done (train.flush_every={n} steps a block)"
         )
 
     def _stop_waiting(self) -> None:
