@@ -125,7 +125,7 @@ def test_a_slow_first_block_is_not_silent(caplog):
         time.sleep(0.01)
     (record,) = caplog.records
     assert record.getMessage().startswith(
-        "training: the first 10 steps are under way (0 s so far, so at least 5 ms"
+        "training: the first 10 steps are under way (0 s so far: at least 5 ms"
     )
     slow.on_step(row(0, TOKENS_PER_STEP / 0.5))
     caplog.clear()
