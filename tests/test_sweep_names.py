@@ -59,3 +59,8 @@ def test_a_recipe_and_a_group_option_are_named_by_their_option():
         "ln-pre-L6-w100-s0-small-batch_size8",
         "ln-pre-L6-w100-s0-small-batch_size16",
     ]
+
+
+def test_a_word_value_is_set_apart_from_its_key():
+    names = resolved_names(jobs(**{"model.qk_norm": ["none", "ln"], "optim.lr": ["0.1", "1.0"]}))
+    assert names[:2] == ["ln-pre-L6-w100-s0-qk_norm_none-lr0.1", "ln-pre-L6-w100-s0-qk_norm_none-lr1.0"]

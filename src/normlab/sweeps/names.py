@@ -59,8 +59,11 @@ def shown(key: str, values: set[str], name: str) -> bool:
 
 
 def part(key: str, value: str) -> str:
-    """'optim.lr', '0.003' → 'lr0.003'; a config group's option as it is ('model', 'tiny' → 'tiny')."""
-    text = value if key in GROUPS or "/" in key else f"{key.split('.')[-1]}{value}"
+    """'optim.lr', '0.003' → 'lr0.003'; 'model.qk_norm', 'ln' → 'qk_norm_ln' (a word after a word); a config
+    group's option as it is ('model', 'tiny' → 'tiny')."""
+    short = key.split(".")[-1]
+    joint = "" if re.match(r"[\d.+-]", value) else "_"
+    text = value if key in GROUPS or "/" in key else f"{short}{joint}{value}"
     return re.sub(r"[^\w.+-]+", "_", text).strip("_")
 
 
