@@ -14,16 +14,8 @@ import pytest
 from wandb_records import read_run
 
 from normlab.metrics import names
-from normlab.metrics.wandb_sink import (
-    WandbSink,
-    flatten,
-    fragments,
-    has_credentials,
-    resolve_mode,
-    run_config,
-    run_tags,
-    sync_command,
-)
+from normlab.metrics.wandb_sink import WandbSink, flatten, has_credentials, resolve_mode, run_config, run_tags
+from normlab.metrics.wandb_sync import fragments, sync_command
 from normlab.train.run import Run
 
 URL = "https://api.example.test"

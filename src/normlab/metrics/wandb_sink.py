@@ -8,18 +8,11 @@ uploaded later.
 The W&B run starts with the first metrics row, so a run that never trained (missing data, a crash while
 building the model) leaves no empty W&B run behind. Its id is kept in the run directory (RUN_ID_FILE): a
 resumed run logs on under the same id (`wandb.init(id=…, resume="allow")`) instead of starting a second
-W&B run; a run started afresh in its directory gets a new id. Online, the server continues that run.
-Offline, each process writes a fragment of its own, `RUN_DIR/wandb/offline-run-TIME-ID/` (its `resumed`
-flag False and W&B's own `_step` counting from 0 again: an offline process cannot know the run exists).
-Plain `wandb sync` of several fragments with one id is not documented to join them (wandb/wandb#3841,
-#5865); `wandb beta sync --id ID` is, as W&B's CLI help says of `--id`: files synced with it "in order of
-start time", "intended to work with syncing multiple resumed fragments of the same run". So the one line
-an offline run prints (`sync_command`) names every fragment of its run, in order: `wandb sync FRAGMENT`
-for one, `wandb beta sync --id ID -p PROJECT FRAGMENT…` for several. Checked here without a server: the
-fragments share the id, each holds only its own steps (our `step` key, the x axis of every chart, runs on
-across them), and `wandb beta sync --dry-run` accepts the command and lists every fragment
-(tests/metrics/test_wandb.py). Not checked without a server: the upload itself, and how W&B's UI shows
-the joined history (W&B's `_step` of a later fragment).
+W&B run; a run started afresh in its directory gets a new id. Online, the server continues that run;
+offline, each process writes a fragment of its own, and the line an offline run prints names the one
+command that uploads them all, in order: `wandb beta sync --id ID`, as W&B documents it for resumed
+fragments (normlab.metrics.wandb_sync). Checked without a server: that command, its fragments and their
+steps (`--dry-run` lists them all); not checked: the upload itself and how W&B's UI joins the history.
 
 Each training run is one W&B run: `group` = the sweep, `job_type` = the variant (what the sweep varies,
 seed excluded, e.g. `ln, pre`), the config flattened to the override keys, and the per-layer metrics
@@ -32,9 +25,7 @@ from __future__ import annotations
 import logging
 import netrc
 import os
-import re
 import secrets
-import shlex
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +38,7 @@ from normlab.knobs import Knobs, knob
 from normlab.metrics import names
 from normlab.metrics.histograms import Histogram
 from normlab.metrics.sinks import RowSink
+from normlab.metrics.wandb_sync import fragments, sync_command
 from normlab.summary import OUTCOME_FIELDS
 
 log = logging.getLogger("normlab")
@@ -275,30 +267,6 @@ def run_id(run_dir: Path, fresh: bool, new_id: Callable[[], str] = new_run_id) -
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, made + "\n")
     return made
-
-
-def fragments(run_dir: Path, run_id: str) -> list[Path]:
-    """The offline fragments of W&B run `run_id` in `run_dir` (one per process that logged to it: a run
-    and each of its resumes), oldest first: W&B names each folder offline-run-YYYYMMDD_HHMMSS-ID, with
-    -N appended where a folder of that second exists already."""
-    pattern = re.compile(rf"offline-run-(\d{{8}}_\d{{6}})-{re.escape(run_id)}(?:-(\d+))?")
-    found = []
-    for p in (Path(run_dir) / "wandb").glob("offline-run-*"):
-        m = pattern.fullmatch(p.name)
-        if m and p.is_dir():
-            found.append(((m.group(1), int(m.group(2) or 0)), p))
-    return [p for _, p in sorted(found)]
-
-
-def sync_command(parts: list[Path], run_id: str, project: str, entity: str | None = None) -> str:
-    """The one command that uploads every fragment of one offline W&B run: `wandb sync` for a single
-    fragment; for several, `wandb beta sync --id`, which syncs them in order of start time as one run (what
-    W&B documents for resumed fragments; see the module docstring)."""
-    paths = [str(p) for p in parts]
-    if len(paths) == 1:
-        return shlex.join(["wandb", "sync", *paths])
-    owner = ["-e", entity] if entity else []
-    return shlex.join(["wandb", "beta", "sync", "--id", run_id, "-p", project, *owner, *paths])
 
 
 def announce(
