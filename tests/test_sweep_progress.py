@@ -130,14 +130,14 @@ def test_the_sweep_line_agrees_with_the_jobs_lines_and_never_runs_past_the_end(t
 def test_a_reason_many_jobs_share_is_said_once(tmp_path):
     """A missing corpus fails every job of a sweep the same way: the first job says it, the others point to
     it, and the sweep's end lists them on one line."""
-    from normlab.sweep_progress import first_time
+    from normlab.sweep_progress import first_with
     from normlab.sweeps.ending import JobEnding, grouped_lines, job_numbers
     from normlab.sweeps.jobs import Job
 
     missing = "Cannot download TinyStories (no network connection, …); train on data=synthetic."
-    assert first_time(tmp_path, missing, 0) is True
-    assert first_time(tmp_path, missing, 1) is False  # another job, the same process (a stack's member)
-    assert first_time(tmp_path, "Another reason.", 2) is True
+    assert first_with(tmp_path, missing, 0) is None  # the first to fail for it: it prints the error
+    assert first_with(tmp_path, missing, 1) == "0"  # another job, the same process (a stack's member)
+    assert first_with(tmp_path, "Another reason.", 2) is None
     assert job_numbers([0, 1, 2, 3, 5, 7, 8]) == "#0–#3, #5, #7, #8"
     endings = [JobEnding(Job(n, [], f"seed={n}"), "failed", f"failed: {missing}") for n in range(8)]
     endings.append(JobEnding(Job(8, [], "seed=8"), "completed", "completed (3 steps)"))

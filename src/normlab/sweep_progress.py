@@ -197,9 +197,10 @@ class SweepProgress(Callback):
             else time_left(elapsed, state["total"], done, state["skipped"], running_shares(sweep_dir))
         )
         reason = failure(Path(hydra_cfg.runtime.output_dir)) if status == "failed" else None
-        first = reason is not None and first_time(sweep_dir, reason, hydra_cfg.job.num)
-        if reason is not None and not first:
-            label += " (the error printed above)"
+        earlier = first_with(sweep_dir, reason, hydra_cfg.job.num) if reason is not None else None
+        first = reason is not None and earlier is None
+        if earlier is not None:
+            label += f" (the same error as job #{earlier})"
         print(
             progress_line(done, state["total"], label, elapsed, left, stopping), file=sys.stderr, flush=True
         )
@@ -230,11 +231,11 @@ def failure(run_dir: Path) -> str | None:
     return None
 
 
-def first_time(sweep_dir: Path, reason: str, job: int | str = 0) -> bool:
-    """Record that this job failed for `reason`; True when no other job of the sweep has yet: a missing
-    corpus fails every job the same way, and the sweep says so once. Each job appends `pid-job<TAB>reason`
-    in one write and the first line with the reason decides, so two jobs failing at once (in two processes,
-    or members of one stack in one) print it once."""
+def first_with(sweep_dir: Path, reason: str, job: int | str = 0) -> int | str | None:
+    """Record that job `job` failed for `reason`; return the job that failed for it first in this sweep, or
+    None when that is this one: a missing corpus fails every job the same way, and the sweep says so once.
+    Each job appends `pid-job<TAB>reason` in one write and the first line with the reason decides, so two
+    jobs failing at once (in two processes, or members of one stack in one) print it once."""
     text = " ".join(reason.split())
     mine = f"{os.getpid()}-{job}\t{text}"
     try:
@@ -245,9 +246,11 @@ def first_time(sweep_dir: Path, reason: str, job: int | str = 0) -> bool:
             os.close(fd)
         recorded = (sweep_dir / ERRORS_FILE).read_text().splitlines()
     except OSError:
-        return True
+        return None
     firsts = [r for r in recorded if r.split("\t", 1)[-1] == text]
-    return not firsts or firsts[0] == mine
+    if not firsts or firsts[0] == mine:
+        return None
+    return firsts[0].split("\t", 1)[0].split("-", 1)[-1]
 
 
 def job_status(run_dir: Path, job_return: Any) -> str:
