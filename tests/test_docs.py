@@ -235,8 +235,12 @@ def test_the_tables_of_norms_and_placements_are_generated_from_the_registries() 
     for page in PAGES:
         text = (ROOT / page).read_text()
         assert text == render_tables(page, text), f"{page}: run python scripts/config_reference.py"
+    from normlab.model.norms import RECIPES
+
     model_page = (ROOT / "docs/model.md").read_text()
-    assert all(f"| `{name}` |" in model_page for name in [*NORMS, *PLACEMENTS])
+    assert all(f"| `{name}` |" in model_page for name in [*NORMS, *RECIPES, *PLACEMENTS])
+    readme = (ROOT / "README.md").read_text()
+    assert all(f"| `{name}` |" in readme for name in [*NORMS, *RECIPES])  # every norm= a user can type
     with pytest.raises(ValueError, match="no region"):
         render_tables("README.md", "a page without its markers")
 

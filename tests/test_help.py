@@ -52,12 +52,21 @@ def test_help_lists_groups_and_presets(help_text):
     assert f"norm: {', '.join(sorted([*NORMS, *RECIPES]))}" in help_text  # every norm and recipe, sorted
     assert f"placement: {', '.join(sorted(PLACEMENTS))}" in help_text
     assert "model: base, small, tiny" in help_text
-    presets = help_text.split("== Presets")[1].split("== Flags")[0]
+    presets = help_text.split("== Presets")[1].split("== Launchers")[0]
     for path in sorted((CONFIGS / "experiment" / "findings").glob("[!_]*.yaml")):  # _*.yaml: shared bases
         assert re.search(rf"^  findings/{path.stem}\s+Finding \d", presets, re.M), path.stem
     assert re.search(r"^  example\s+Example of a sweep preset of your own", presets, re.M)
     assert "_cpu_small" not in help_text
     assert "python train.py --cfg job --resolve" in help_text
+
+
+def test_help_lists_the_launchers_a_sweep_can_name(help_text):
+    """joblib and stacked (the ones the README shows) and every launcher normlab runs, each with what it does."""
+    launchers = help_text.split("== Launchers of a sweep (python train.py -m ... hydra/launcher=NAME) ==")[1]
+    launchers = launchers.split("== Flags")[0]
+    for name in ("basic (chosen)", "joblib", "stacked", "submitit_local", "slurm"):
+        assert re.search(rf"^  {re.escape(name)}\s+\S", launchers, re.M), name
+    assert "one stacked model" in squash(launchers) and "one torch thread" in squash(launchers)
 
 
 def chosen_classes() -> list[tuple[str, type]]:

@@ -111,3 +111,29 @@ def test_the_bar_takes_its_rate_from_the_rows(capsys):
     text = str(bar.bar)
     assert "0.20 s/step" in text and f"ETA {fmt_duration(80 * 0.2)}" in text and "loss 3.000" in text
     bar.on_end(None)
+
+
+def test_a_slow_first_block_is_not_silent(caplog):
+    """A run typed at the command line whose first train.flush_every steps take long says so once, with the
+    step time they imply at least; rows arriving in time cancel that line."""
+    import time
+
+    caplog.set_level(logging.INFO, logger="normlab")
+    slow = ProgressLog("run", 2000, 50, TOKENS_PER_STEP, hint=True, first_block=10, waiting_s=0.05)
+    deadline = time.monotonic() + 10
+    while not caplog.records and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        "training: the first 10 steps are under way (0 s so far: at least 5 ms"
+    )
+    slow.on_step(row(0, TOKENS_PER_STEP / 0.5))
+    caplog.clear()
+    quick = ProgressLog("run", 2000, 50, TOKENS_PER_STEP, hint=True, first_block=10, waiting_s=0.2)
+    quick.on_step(row(0, TOKENS_PER_STEP / 0.01))
+    time.sleep(0.3)
+    assert not [r for r in caplog.records if "under way" in r.getMessage()]
+    quiet = ProgressLog("run", 2000, 50, TOKENS_PER_STEP, hint=False, first_block=10, waiting_s=0.01)
+    time.sleep(0.1)  # a sweep's job (no hint): no such line
+    assert not [r for r in caplog.records if "under way" in r.getMessage()]
+    quiet.on_end(None)

@@ -90,3 +90,26 @@ def test_hydra_texts_are_answered():
     )
     assert "write optim.betas=[0.9,0.95]" in sentence(ambiguous)
     assert sentence("something else") is None
+
+
+def test_a_sweep_preset_without_multirun_is_refused_naming_m():
+    """+experiment=example sweeps norm × placement × seed (12 runs): without -m Hydra would train one of
+    them and exit 0. Refused, as a launcher without -m is (the sentence is a row of docs/errors.md, run
+    through train.py by tests/lifecycle/test_errors_table.py); with every swept key given one value on the
+    command line it is one run on purpose, and runs."""
+    from normlab.config.compose import compose_config
+    from normlab.suggest import sweep_without_multirun
+
+    cfg = compose_config(["+experiment=example"], hydra=True)
+    refusal = sweep_without_multirun(cfg)
+    assert refusal is not None
+    assert refusal.startswith(
+        "+experiment=example is a sweep preset (it sweeps norm, placement and seed: 12 runs)"
+    )
+    assert "add -m (python train.py -m +experiment=example) to run the sweep." in refusal
+    assert sweep_without_multirun(compose_config(["+experiment=example", "seed=0"], hydra=True)).count(
+        ": 4 runs"
+    )
+    fixed = compose_config(["+experiment=example", "norm=ln", "placement=pre", "seed=0"], hydra=True)
+    assert sweep_without_multirun(fixed) is None
+    assert sweep_without_multirun(compose_config([], hydra=True)) is None  # nothing swept

@@ -95,3 +95,85 @@ def test_the_progress_lines_never_pass_their_totals(tmp_path):
 
     (tmp_path / DONE_FILE).write_text("0\n1\n1\n")  # job 1's ending recorded twice
     assert done_count(tmp_path, total=3) == 2 and done_count(tmp_path, total=1) == 1
+
+
+def test_the_time_left_counts_running_jobs_by_their_share_and_not_skipped_ones():
+    from normlab.sweep_progress import time_left
+
+    # 6 jobs, 1 done and two at 90 % after 40 s: 2.8 done in 40 s, 3.2 left → 46 s (not 40 × 5 / 1 = 200 s)
+    assert time_left(40.0, 6, 1, 0, [0.9, 0.9]) == 40.0 * 3.2 / 2.8
+    # a continued sweep: 3 jobs skipped (finished earlier) are done, but none of this invocation's work
+    assert time_left(30.0, 6, 4, 3, [0.5]) == 30.0 * 1.5 / 1.5
+    assert time_left(5.0, 6, 3, 3, []) is None  # nothing done yet in this invocation: no estimate
+    assert time_left(30.0, 6, 0, 0, [0.1, 0.1]) is None  # start-up would dominate: none until a job's worth
+    assert time_left(5.0, None, 1, 0, []) is None
+
+
+def test_a_stopped_sweep_gives_no_time_left():
+    line = progress_line(2, 6, "ln-pre-L6-w100-s1 interrupted", 60.0, stopping=True)
+    assert line == "[sweep] 2/6 done · ln-pre-L6-w100-s1 interrupted · 60 s elapsed; the sweep is stopping"
+    assert "left" not in line
+
+
+def _job(root, num, name, last_step, status=None, max_steps=200):
+    import json
+
+    run = root / f"{num}_{name}"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(f"train:\n  max_steps: {max_steps}\n")
+    rows = [{"step": s, "loss": 3.0} for s in range(last_step + 1)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if status:
+        (run / "summary.json").write_text(json.dumps({"status": status}))
+    return run
+
+
+def test_the_sweep_line_agrees_with_the_jobs_lines_and_never_runs_past_the_end(tmp_path):
+    """The parent's line after a job ended: that job is not listed as running (its process may be exiting),
+    no job shows more steps than it has (the final evaluation's row is at step max_steps), the jobs done
+    are the done-file's (as the jobs' own lines count them), and after a stop no time left is given."""
+    import io
+
+    from normlab.sweep_progress import DONE_FILE
+    from normlab.sweeps.jobs import Job
+    from normlab.sweeps.live import SweepTicker
+
+    _job(tmp_path, 4, "ln-post-s1", 200, "completed")  # its last row: the final evaluation, step 200
+    _job(tmp_path, 5, "ln-post-s2", 200, "running")  # finished training, summary not written yet
+    (tmp_path / DONE_FILE).write_text("0\n1\n2\n3\n4\n")
+    out = io.StringIO()
+    ticker = SweepTicker(tmp_path, total=6, every_s=30, out=out)
+    running = {n: Job(n, []) for n in (4, 5)}
+    line = ticker.line(running, done=4, elapsed=120.0)
+    assert (
+        line
+        == "[sweep] running: #5 ln-post-s2 200/200 (loss 3.00) · 5/6 done · 2.0 min elapsed, about 0 s left"
+    )
+    assert "#4" not in line and "201/200" not in line
+    (tmp_path / "5_ln-post-s2" / "summary.json").write_text('{"status": "completed"}')
+    assert ticker.line(running, done=4, elapsed=121.0) is None  # every job ended: nothing after "all done"
+    _job(tmp_path, 6, "ln-pre-s0", 49, "running")
+    stopping = ticker.line({6: Job(6, [])}, done=4, elapsed=130.0, stopping=True)
+    assert (
+        stopping == "[sweep] stopping, saving: #6 ln-pre-s0 50/200 (loss 3.00) · 5/6 done · 2.2 min elapsed"
+    )
+
+
+def test_a_reason_many_jobs_share_is_said_once(tmp_path):
+    """A missing corpus fails every job of a sweep the same way: the first job says it, the others point to
+    it, and the sweep's end lists them on one line."""
+    from normlab.sweep_progress import first_with
+    from normlab.sweeps.ending import JobEnding, grouped_lines, job_numbers
+    from normlab.sweeps.jobs import Job
+
+    missing = "Cannot download TinyStories (no network connection, …); train on data=synthetic."
+    assert first_with(tmp_path, missing, 0) is None  # the first to fail for it: it prints the error
+    assert first_with(tmp_path, missing, 1) == "0"  # another job, the same process (a stack's member)
+    assert first_with(tmp_path, "Another reason.", 2) is None
+    assert job_numbers([0, 1, 2, 3, 5, 7, 8]) == "#0–#3, #5, #7, #8"
+    endings = [JobEnding(Job(n, [], f"seed={n}"), "failed", f"failed: {missing}") for n in range(8)]
+    endings.append(JobEnding(Job(8, [], "seed=8"), "completed", "completed (3 steps)"))
+    assert grouped_lines(endings) == [
+        f"  #0–#7 (8 jobs) — failed: {missing}",
+        "  #8 seed=8 — completed (3 steps)",
+    ]

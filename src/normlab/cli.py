@@ -161,11 +161,11 @@ def job_outcome(summary: dict[str, Any], run_dir: Path, multirun: bool, run: Any
     preemption back to its cluster."""
     status = summary["status"]
     if status == "failed":
-        print(f"error: {summary['reason']}", file=sys.stderr)
-        if summary.get("resume_command") and not multirun:
-            print(f"continue with: {summary['resume_command']}", file=sys.stderr)
-        if multirun:  # recorded, and the sweep reports it at the end
+        if multirun:  # recorded; the sweep prints a reason once, however many jobs share it (sweep_progress)
             raise JobFailed(str(summary["reason"]))
+        print(f"error: {summary['reason']}", file=sys.stderr)
+        if summary.get("resume_command"):
+            print(f"continue with: {summary['resume_command']}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
     if status == "invalid":  # the run already logged its one sentence
         if not multirun:
@@ -256,6 +256,9 @@ class RunDirGuard(Callback):
     normlab.train.run_dir, which owns the directory. The claim lasts until the command ends (`guarded`)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if refusal := suggest.sweep_without_multirun(config):  # a sweep preset without -m: nothing written
+            print(f"error: {refusal}", file=sys.stderr)
+            raise SystemExit(EXIT_FAILED)
         directory = _select(config, "hydra.run.dir")
         if directory is not None:
             from normlab.train.resume import admit  # here: it needs torch, which `--help` does not

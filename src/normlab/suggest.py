@@ -8,7 +8,10 @@ Two moments:
   sentence (the first would be ignored, the second would start a new run in a new directory);
 - `sentence(exc)`, for the errors Hydra raises while composing: an unknown key is matched against the
   config groups and top-level knobs first (`placment=pre` → `placement=pre`), a preset that does not exist
-  lists every preset (`findings/*` included), and a list value typed without brackets gets them.
+  lists every preset (`findings/*` included), and a list value typed without brackets gets them;
+- `sweep_without_multirun(config)`, on the composed config of a single run: a sweep preset
+  (`+experiment=example`, whose `hydra.sweeper.params` sweep norm, placement and seed) without `-m` is
+  refused, as a launcher without `-m` is — it would train one run of the sweep and exit 0.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import difflib
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 EXPERIMENT = "experiment"
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -118,3 +122,29 @@ def sentence(text: str) -> str | None:
             f"'{key}=[{value}]'), or add -m to run one job per value."
         )
     return None
+
+
+def sweep_without_multirun(config: Any) -> str | None:
+    """The sentence refusing a single run (no -m) whose composed config sweeps (`hydra.sweeper.params`, as
+    every preset in configs/experiment/ sets): without -m Hydra ignores them and trains one run; None when
+    the config sweeps nothing, or the command line gives every swept key one value (one run of the preset,
+    on purpose)."""
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
+    task = [str(o) for o in (OmegaConf.select(config, "hydra.overrides.task", default=None) or [])]
+    fixed = {o.split("=", 1)[0].lstrip("+~") for o in task}  # one value on the command line: not swept
+    swept = [str(k) for k in (params or {}) if str(k) not in fixed]
+    if not swept:
+        return None
+    runs = 1
+    for k in swept:
+        runs *= len(str(params[k]).split(","))
+    preset = next((o.lstrip("+") for o in task if o.lstrip("+").startswith(f"{EXPERIMENT}=")), None)
+    what = f"+{preset}" if preset else "This config"
+    keys = ", ".join(swept[:-1]) + (f" and {swept[-1]}" if len(swept) > 1 else swept[0])
+    command = f"python train.py -m {' '.join(task)}".rstrip()
+    return (
+        f"{what} is a sweep preset (it sweeps {keys}: {runs} runs), and without -m this would train only one "
+        f"run of it; add -m ({command}) to run the sweep."
+    )

@@ -101,3 +101,45 @@ def test_spike_flags_are_explained(fab, tmp_path):
     assert "; 100% during warm-up" in pre  # fabricated warm-up: 100 steps
     assert "no lasting effect" in pre
     assert "these jumps cost training" in post and "3.70 nats above" in post
+
+
+def test_a_profile_on_one_side_of_one_says_that_side(fab, tmp_path):
+    """Pre-LN's ratio 0.70–0.84 over three seeds: the whole interval lies below 1× but reaches into the
+    ×1.25 band counted as level — it falls, by an amount the band cannot place; never "not clearly rising,
+    level or falling"."""
+    specs = [
+        fab.spec("ln", "pre", s, final_val=2.9, best_val=2.9, final_train=2.9, grad0=[1.0, 0.9, r])
+        for s, r in enumerate((0.70, 0.77, 0.84))
+    ]
+    text = caption("grad_profile_init", load_runs(fab.write_sweep(tmp_path / "s", specs)))
+    assert (
+        "`ln, pre` falls towards the output (block 2 / block 0 = 0.768×, 95 % CI 0.612× to 0.963×, " in text
+    )
+    assert (
+        "n = 3: all of it below 1×, part of it within the ×1.25 counted as level; undecided against" in text
+    )
+    assert "not clearly" not in text
+
+
+def test_the_model_update_of_a_single_variant_has_its_reference(sweep):
+    """Only ln-post logs it (conftest: 0.1 · step · base every 5 steps; bases 1.1 and 1.3, the second run
+    diverged at step 15): at step 15 the mean is 1.8; each run reaches half of its last value (0.1 · 7.5 ·
+    base) at step 10, its first measured step past 7.5."""
+    text = caption("model_update", load_runs(sweep.path))
+    assert (
+        "is 1.80 in `ln, post` at its last measured step (step 15); it had reached half of that by step 10"
+        in text
+    )
+    assert "`ln, post` is the only variant that logs it." in text
+
+
+def test_spikes_the_loss_recovered_from_say_by_how_much_it_fell(fab, tmp_path):
+    specs = [
+        fab.spec(
+            "ln", "pre", 0, final_val=3.0, best_val=3.0, final_train=3.0, spikes=(10,), loss_at={10: 9.0}
+        )
+    ]
+    (line,) = spike_lines(load_runs(fab.write_sweep(tmp_path / "s", specs)))
+    # 10 steps later (step 19, the last row): 6 − 1.9 = 4.1 against the median 5.3 of steps 5–9
+    assert "10 steps after each spike the loss was below its level before it (by 1.20 nats or more)" in line
+    assert "at most -" not in line

@@ -145,3 +145,16 @@ def test_the_command_line_builds_offline(wandb_sweep, tmp_path, capsys):
     spec = json.loads((tmp_path / "spec.json").read_text())
     assert spec["group"] == "2026-11-26_10-00-00_demo"
     assert main([str(tmp_path / "nothing")]) == 2
+
+
+def test_a_sweep_logged_without_wandb_is_said_to_have_nothing_to_show(fab, tmp_path, capsys, monkeypatch):
+    """The crafted runs were logged with logger=none: the layout is built (its keys are the runs'), with a
+    warning that W&B holds none of them; --save refuses to upload an empty workspace."""
+    sweep = fab.write_sweep(tmp_path / "sweep", fab.MAIN[:2])
+    assert main([str(sweep)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: none of the 2 runs logged to W&B (logger=none)" in err
+    saved = []
+    monkeypatch.setattr("normlab.analysis.dashboard.Dashboard.save", lambda self: saved.append(self))
+    assert main([str(sweep), "--save"]) == 2
+    assert "nothing was uploaded" in capsys.readouterr().err and not saved

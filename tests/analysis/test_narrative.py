@@ -64,8 +64,8 @@ def test_a_clear_effect_reads_worse_with_its_interval(fab, tmp_path):
     assert c.est.value == pytest.approx(sum(POST) / 3 - sum(PRE) / 3)
     (sentence,) = contrast_sentences([c], rs)
     expected = (
-        f"**placement** — post vs pre: {sum(POST) / 3 - sum(PRE) / 3:.3f} nats worse "
-        f"(CI [+{ref.low:.3f}, +{ref.high:.3f}], n = 3 vs 3)."
+        f"**placement** — post − pre: +{sum(POST) / 3 - sum(PRE) / 3:.3f} nats "
+        f"(post worse: CI [+{ref.low:.3f}, +{ref.high:.3f}], n = 3 vs 3)."
     )
     assert sentence == expected
     assert contrast_rows([c], rs)[0][3:] == [
@@ -92,7 +92,7 @@ def test_a_null_effect_reads_no_clear_difference(fab, tmp_path):
     (c,) = contrasts(rs)
     assert not c.resolved and c.interval[0] < 0 < c.interval[1]
     (sentence,) = contrast_sentences([c], rs)
-    assert sentence.startswith("**placement** — post vs pre: no clear difference (")
+    assert sentence.startswith("**placement** — post − pre: ") and "(no clear difference: CI [" in sentence
     assert contrast_rows([c], rs)[0][-1] == "no clear difference"
     assert "not separated" in summary_sentences(rs)[0]
     assert "**" not in summary_sentences(rs)[0]  # no bold winner without a test that separates it
@@ -108,7 +108,7 @@ def test_one_run_per_variant_warns_and_gives_no_interval(fab, tmp_path):
     )
     (first,) = summary_sentences(rs)
     assert first == (
-        "Lowest final validation loss: pre, 2.500 nats/token (n = 1); the next, post: +0.200 nats "
+        "Lowest final validation loss: pre, 2.500 nats/token (n = 1); the next, post: post − pre = +0.200 nats "
         "(untested: n = 1 vs 1, no noise estimate)."
     )
     assert contrast_rows(contrasts(rs), rs)[0][4:] == ["–", "1 vs 1", "untested (n = 1)"]
@@ -133,7 +133,7 @@ def test_runs_that_did_not_learn_are_named(fab, tmp_path):
     assert cause.startswith("Likely cause, from the run's own config and losses — `post` (3 of 3 runs): ")
     assert f"unigram baseline ({baseline:.3f} nats/token): post (3 of 3)." in warning
     (sentence,) = contrast_sentences(contrasts(rs), rs)
-    assert sentence.startswith("**placement** — post (did not learn) vs pre: ")
+    assert sentence.startswith("**placement** — post (did not learn) − pre: ")
     assert "Highest" not in " ".join(summary_sentences(rs))  # two variants: one sentence
     report = write_report(rs, tmp_path / "r", figures=["loss"]).path.read_text()
     header = next(line for line in report.splitlines() if line.startswith("| variant |"))
@@ -152,7 +152,7 @@ def test_identical_variants_read_identical(fab, tmp_path):
     ]
     rs = load_runs(fab.write_sweep(tmp_path / "s", specs))
     (sentence,) = contrast_sentences(contrasts(rs), rs)
-    assert sentence == "**placement** — post vs pre: identical."
+    assert sentence == "**placement** — post − pre: identical."
     assert "; post is identical to it." in summary_sentences(rs)[0]
 
 
@@ -231,7 +231,8 @@ def test_sentences_and_tables_agree_and_never_overstate(fab, tmp_path):
         readings[(c.key, c.level, tuple(c.within.values()))] = text
         if text in ("worse", "better"):
             assert lo > 0 or hi < 0  # the interval excludes 0
-            assert f"nats {text} " in sentence and DIRECTION.findall(sentence) == [text], sentence
+            assert f"({c.level} {text}: CI [" in sentence and DIRECTION.findall(sentence) == [text], sentence
+            assert f"{c.est.value:+.3f} nats" in sentence  # the sign of the interval: level − reference
         else:
             assert not DIRECTION.search(sentence), sentence
         if text.startswith("untested"):

@@ -71,7 +71,7 @@ def candidates(result: CliRun) -> list[str]:
         found.append(summary["reason"])
     for line in result.output.splitlines():
         line = LOG_PREFIX.sub("", line)
-        for prefix in ("error: ", "interrupted: ", "invalid config, skipped: "):
+        for prefix in ("error: ", "interrupted: ", "invalid config, skipped: ", "invalid config: "):
             line = line.removeprefix(prefix)
         found.append(line)
     return found

@@ -119,6 +119,10 @@ def test_a_signal_stops_every_running_job_saved_and_starts_none(tmp_path, cache_
         ) == (0, 0)
     assert f"[sweep] stopped by {signame}: 2 interrupted, 1 not started" in output
     assert "#2 seed=2 — not started" in output
+    # the jobs' own lines after the stop give no time left, and an interrupted job is not done
+    stopped = [ln for ln in output.splitlines() if ln.startswith("[sweep] ") and " interrupted · " in ln]
+    assert len(stopped) == 2, output[-3000:]
+    assert all(ln.startswith("[sweep] 0/3 done") and ln.endswith("; the sweep is stopping") for ln in stopped)
     (command,) = [ln for ln in output.splitlines() if ln.startswith("continue the sweep with: ")]
     assert command.endswith(f"hydra.sweep.dir={sweep_dir} train.resume=auto"), command
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ from wandb_records import read_run
 
 from normlab.metrics import names
 from normlab.metrics.wandb_sink import WandbSink, flatten, has_credentials, resolve_mode, run_config, run_tags
+from normlab.metrics.wandb_sync import fragments, sync_command
 from normlab.train.run import Run
 
 URL = "https://api.example.test"
@@ -146,7 +149,7 @@ def test_multirun_groups_wandb_runs_by_sweep_and_goes_on_past_divergence(
     assert [r["exit_code"] for r in records] == [1, 0]
 
 
-def test_a_resumed_run_continues_its_own_wandb_run(make_cfg, tmp_path, monkeypatch):
+def test_a_resumed_run_continues_its_own_wandb_run(make_cfg, tmp_path, monkeypatch, caplog):
     """SIGINT, then train.resume=RUN_DIR in the same directory: one W&B run (the id kept in the run
     directory), its history the steps before the stop and the steps after it, each once."""
     import signal
@@ -171,10 +174,18 @@ def test_a_resumed_run_continues_its_own_wandb_run(make_cfg, tmp_path, monkeypat
     first = Run(make_cfg(*settings), tmp_path, stop=StopAfter(4)).execute()
     assert first["status"] == "interrupted" and first["steps"] == 4
     kept = (tmp_path / RUN_ID_FILE).read_text().strip()
-    second = Run(make_cfg(*settings, f"train.resume={tmp_path}"), tmp_path).execute()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="normlab"):
+        second = Run(make_cfg(*settings, f"train.resume={tmp_path}"), tmp_path).execute()
     assert second["status"] == "completed"
     paths = written_offline_runs(tmp_path)
-    assert len(paths) == 2  # W&B writes each process's part in its own folder; `wandb sync` joins them
+    assert len(paths) == 2  # W&B writes each process's part in its own folder (a fragment)
+    # the resumed run prints one command that uploads both fragments, oldest first, under the kept id
+    (line,) = [r.getMessage() for r in caplog.records if "W&B offline" in r.getMessage()]
+    command = shlex.split(line.split(" as one W&B run with: ", 1)[1])
+    assert command[:7] == ["wandb", "beta", "sync", "--id", kept, "-p", "normlab"]
+    assert command[7:] == [str(p.parent) for p in paths]  # every fragment, in order of start
+    assert command[7:] == [str(p) for p in fragments(tmp_path, kept)]
     records = [read_run(p) for p in paths]
     assert {r["run"].run_id for r in records} == {kept}
     steps = [h[names.STEP] for r in records for h in r["history"] if names.LOSS in h]
@@ -184,3 +195,51 @@ def test_a_resumed_run_continues_its_own_wandb_run(make_cfg, tmp_path, monkeypat
     fresh = tmp_path / "fresh"
     Run(make_cfg(*settings), fresh).execute()
     assert (fresh / RUN_ID_FILE).read_text().strip() != kept
+
+
+def test_fragments_are_ordered_by_start_and_same_second_suffix(tmp_path):
+    """W&B names a fragment offline-run-YYYYMMDD_HHMMSS-ID, adding -N where that second's folder exists."""
+    names_ = [
+        "offline-run-20260101_120000-abcd1234",
+        "offline-run-20260101_120000-abcd1234-1",
+        "offline-run-20260101_115959-abcd1234",
+        "offline-run-20260101_120001-other123",  # another W&B run
+        "run-20260101_120002-abcd1234",  # an online fragment: uploaded already
+    ]
+    for n in names_:
+        (tmp_path / "wandb" / n).mkdir(parents=True)
+    found = [p.name for p in fragments(tmp_path, "abcd1234")]
+    assert found == [names_[2], names_[0], names_[1]]
+    parts = fragments(tmp_path, "abcd1234")
+    assert sync_command(parts[:1], "abcd1234", "normlab") == f"wandb sync {parts[0]}"
+    assert sync_command(parts, "abcd1234", "proj", "team").startswith(
+        "wandb beta sync --id abcd1234 -p proj -e team "
+    )
+
+
+@pytest.mark.slow  # starts W&B's CLI (a few seconds)
+def test_wandbs_cli_accepts_the_sync_command_and_lists_every_fragment(tmp_path):
+    """What can be checked without a server: `wandb beta sync --dry-run` takes the printed command and would
+    upload every fragment of the run (the upload itself needs a server and is not checked here)."""
+    import wandb
+
+    settings = wandb.Settings(mode="offline", console="off", silent=True, x_disable_stats=True)
+    for start in (0, 5):
+        run = wandb.init(
+            id="frag1234", resume="allow", project="normlab", dir=str(tmp_path), settings=settings
+        )
+        for step in range(start, start + 5):
+            run.log({names.STEP: step, names.LOSS: 1.0 / (step + 1)})
+        run.finish()
+    wandb.teardown()
+    parts = fragments(tmp_path, "frag1234")
+    assert len(parts) == 2
+    command = shlex.split(sync_command(parts, "frag1234", "normlab"))
+    env = {**os.environ, "HOME": str(tmp_path), "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
+    out = subprocess.run([*command, "--dry-run"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    said = out.stdout + out.stderr
+    assert "Would sync 2 run(s)" in said
+    for part in parts:
+        assert str(part / "run-frag1234.wandb") in said

@@ -18,7 +18,8 @@ number is one per run, so seeds are compared as seeds:
 | layer_ablation | the largest loss rise from skipping one block |
 
 Beside it in the report: the variants a figure leaves out and why (`missing_variants`), and what the
-spike detector flagged in each variant (`spike_events`).
+spike detector flagged in each variant (`spike_events`). The gradient profile's sentence, read against
+Xiong et al.'s prediction, is `grad_profile`'s.
 """
 
 from __future__ import annotations
@@ -29,16 +30,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from normlab.analysis import narrative
-from normlab.analysis.estimate import estimate
+from normlab.analysis import grad_profile, narrative
 from normlab.analysis.load import RunSet
 from normlab.analysis.stats import finite, layer_columns
 from normlab.metrics import names
-
-# Xiong et al. 2020, Thm. 1 and Fig. 3: at initialisation Post-LN's gradient norm grows with the layer
-# index (largest next to the output); Pre-LN's stays about the same in every layer.
-XIONG_EXPECTS = {"post": "rises", "pre": "level"}
-LEVEL_BAND = math.log(1.25)  # |log(top / bottom)| below this: "about level"
 
 PerRun = Callable[[pd.DataFrame, pd.Series], float]  # (the run's metric rows, its run row) → a number
 
@@ -119,9 +114,12 @@ def _fmt(x: float) -> str:
 
 def _extremes(values: dict[str, list[float]], what: str, fmt: Callable[[float], str], log: bool) -> str:
     """'{what} is highest in `a` (x) and lowest in `b` (y): a/b = 3.2× (tested: …)'."""
-    if len(values) < 2:
+    if len(values) < 2:  # nothing to compare with: the spread over its runs is the reference
         ((v, xs),) = values.items()
-        return f"{what} is {fmt(_mean(xs))} in `{v}` (the only variant with it)"
+        spread = (
+            f"mean of {len(xs)} runs, from {fmt(min(xs))} to {fmt(max(xs))}" if len(xs) > 1 else "one run"
+        )
+        return f"{what} is {fmt(_mean(xs))} in `{v}` ({spread}; no other variant has it to compare with)"
     hi, lo, diff = contrast(values, log=log)
     sep = "/" if log else "−"
     return (
@@ -181,90 +179,12 @@ def _profile_ratio(rs: RunSet) -> PerRun:
     return ratio
 
 
-def _shape(log_ratios: Sequence[float]) -> tuple[str, str]:
-    """(shape, how sure) of a profile from its runs' log(top / bottom): rises / falls / level when the
-    report's interval of their mean lies wholly beyond / within ±LEVEL_BAND, undecided when it straddles a
-    bound; one run (or no spread) reads the point value, marked untested."""
-    e = estimate(log_ratios)
-    lo, hi = e.ci(narrative.LEVEL)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        lo = hi = e.value
-        sure = f"n = {len(log_ratios)}, untested"
-    else:
-        sure = f"95 % CI {math.exp(lo):.3g}× to {math.exp(hi):.3g}×, n = {len(log_ratios)}"
-    if lo > LEVEL_BAND:
-        return "rises", sure
-    if hi < -LEVEL_BAND:
-        return "falls", sure
-    if lo >= -LEVEL_BAND and hi <= LEVEL_BAND:
-        return "level", sure
-    return "undecided", sure
-
-
-SHAPE_TEXT = {
-    "rises": "rises towards the output",
-    "falls": "falls towards the output",
-    "level": "is about level",
-    "undecided": "is not clearly rising, level or falling",
-}
-
-
 def _grad_profile_init(rs: RunSet) -> str | None:
     cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
     ratios = per_variant(rs, list(cols.values()), _profile_ratio(rs))
     if not ratios:
         return None
-    top = max(cols)
-    placement = rs.valid.groupby("variant")["placement"].first()
-    parts, against = [], []
-    for variant, xs in ratios.items():
-        logs = [math.log(x) for x in xs]
-        shape, sure = _shape(logs)
-        ratio = math.exp(float(np.mean(logs)))
-        expected = XIONG_EXPECTS.get(str(placement.get(variant)))
-        verdict = ""
-        if expected is not None and shape != "undecided":
-            verdict = "; as predicted" if shape == expected else "; against the prediction"
-            if shape != expected:
-                against.append(variant)
-        parts.append(
-            f"`{variant}` {SHAPE_TEXT[shape]} (block {top} / block 0 = {ratio:.3g}×, {sure}{verdict})"
-        )
-    text = (
-        "At initialisation Xiong et al. (2020, Fig. 3) predict Post-LN's per-block gradient to grow towards "
-        f"the output and Pre-LN's to stay about level (here: within ×{math.exp(LEVEL_BAND):.3g} from block 0 "
-        "to the last); " + "; ".join(parts)
-    )
-    small_embed = _small_embeddings(rs, against)
-    if small_embed:
-        text += (
-            f". Where Post-LN's is largest at block 0 ({', '.join(f'`{v}`' for v in small_embed)}), its first "
-            "norm divides the block's output by the scale of N(0, 0.02) embeddings (model.init=gpt2, "
-            "embed_scale 1), which multiplies block 0's gradient; the paper's unit-scale inputs are "
-            "model.init=xavier model.embed_scale=sqrt_d (finding 1 runs them)"
-        )
-    return text + "."
-
-
-def _small_embeddings(rs: RunSet, variants: Sequence[str]) -> list[str]:
-    """The Post-LN variants among `variants` whose gradient at step 0 is largest in block 0 and whose
-    embeddings are GPT-2's N(0, 0.02) unscaled."""
-    cols = layer_columns(rs.metrics.columns, names.grad_norm_layer)
-    out = []
-    for variant in variants:
-        runs = rs.valid[rs.valid["variant"] == variant]
-        row = runs.iloc[0]
-        if row.get("placement") != "post" or row.get("model.init", "gpt2") != "gpt2":
-            continue
-        if str(row.get("model.embed_scale", 1.0)) not in ("1", "1.0"):
-            continue
-        at0 = rs.metrics[(rs.metrics["run"].isin(runs.index)) & (rs.metrics[names.STEP] == 0)]
-        if at0.empty:
-            continue
-        means = at0[list(cols.values())].apply(finite).mean()
-        if int(np.argmax(means.to_numpy())) == 0:
-            out.append(variant)
-    return out
+    return grad_profile.reading(rs, ratios, max(cols))
 
 
 def _dip(rs: RunSet) -> PerRun:
@@ -361,13 +281,41 @@ def _update_ratio(rs: RunSet) -> str | None:
     )
 
 
+MODEL_UPDATE_TEXT = (
+    "DeepNet's model update (the distance of the output logits from their values at initialisation, "
+    "‖F(x, θ_t) − F(x, θ_0)‖ per position on a fixed probe batch)"
+)
+
+
+def _half_way(sub: pd.DataFrame, _: pd.Series) -> float:
+    """The first measured step at which the model update reached half of its last measured value: whether
+    the function moved early in training (DeepNet's concern) or late."""
+    have = sub.dropna(subset=[names.MODEL_UPDATE])
+    if have.empty:
+        return math.nan
+    last = float(have[names.MODEL_UPDATE].iloc[-1])
+    reached = have[have[names.MODEL_UPDATE] >= last / 2]
+    return float(reached[names.STEP].iloc[0]) if len(reached) else math.nan
+
+
 def _model_update(rs: RunSet) -> str | None:
     end = per_variant(
         rs, [names.MODEL_UPDATE], _at_last_measured([names.MODEL_UPDATE], lambda r: float(r.iloc[0]))
     )
     if not end:
         return None
-    return _extremes(end, "DeepNet's model update at the last measured step", _fmt, log=True) + "."
+    if len(end) > 1:
+        return _extremes(end, f"{MODEL_UPDATE_TEXT} at the last measured step", _fmt, log=True) + "."
+    ((variant, values),) = end.items()
+    runs = rs.valid[rs.valid["variant"] == variant].index
+    steps = rs.metrics[rs.metrics["run"].isin(runs)].dropna(subset=[names.MODEL_UPDATE])[names.STEP]
+    text = f"{MODEL_UPDATE_TEXT} is {_fmt(_mean(values))} in `{variant}` at its last measured step"
+    if len(steps):
+        text += f" (step {int(steps.max())})"
+    half = per_variant(rs, [names.MODEL_UPDATE], _half_way).get(variant)
+    if half:
+        text += f"; it had reached half of that by step {_mean(half):.0f} (mean over its runs)"
+    return text + f", and `{variant}` is the only variant that logs it."
 
 
 def _layer_ablation(rs: RunSet) -> str | None:

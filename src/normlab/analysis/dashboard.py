@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from normlab.analysis import narrative
 from normlab.analysis.load import RunSet, load_runs, short_names
 from normlab.analysis.stats import layer_columns
@@ -183,6 +185,8 @@ def comparison_text(rs: RunSet, title: str) -> str:
     parts = [f"## {title}", ""]
     if sentences["warnings"]:
         parts += [f"- ⚠ {w}" for w in sentences["warnings"]] + [""]
+    for sentence in sentences["conditions"]:  # what the comparison holds under; converged or not
+        parts += [sentence, ""]
     parts += [" ".join(sentences["summary"]), ""]
     effects = narrative.contrasts(rs)
     if effects:
@@ -302,6 +306,16 @@ def build(
     )
 
 
+def not_in_wandb(sweep_dir: str | Path) -> tuple[int, int]:
+    """(runs that logged nothing to W&B — logger=none or logger.mode=disabled —, runs) of a sweep: the
+    workspace's panels show W&B's copies of the runs, so these leave them empty."""
+    runs = load_runs(Path(sweep_dir)).runs
+    off = runs.get("logger.name", pd.Series("wandb", index=runs.index)).astype(str).eq("none")
+    if "logger.mode" in runs:
+        off |= runs["logger.mode"].astype(str).eq("disabled")
+    return int(off.sum()), len(runs)
+
+
 def _config_value(rs: RunSet, key: str) -> str | None:
     if key not in rs.runs:
         return None
@@ -367,6 +381,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     dash.workspace()  # the library checks the spec (panel types, keys) without the network
     print(dashboard_text(dash))
+    off, total = not_in_wandb(args.sweep)
+    if off == total:
+        print(
+            f"warning: none of the {total} runs logged to W&B (logger=none): this workspace's panels would "
+            "stay empty; rerun the sweep with logger=wandb (the default) to fill them, or read these runs with "
+            "python scripts/compare.py.",
+            file=sys.stderr,
+        )
+        if args.save:
+            print("error: nothing to show in W&B, so nothing was uploaded.", file=sys.stderr)
+            return 2
+    elif off:
+        print(
+            f"warning: {off} of the {total} runs logged nothing to W&B (logger=none): their lines are missing "
+            "from these panels.",
+            file=sys.stderr,
+        )
     if not dash.figures:
         print(
             f"no figures under {args.report or Path(args.sweep) / 'report'}: run python scripts/compare.py first to include them"

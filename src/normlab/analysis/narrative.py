@@ -84,11 +84,6 @@ def untested_note(c: Comparison) -> str:
     return f"untested: n = {c.n_a} vs {c.n_b}, {why}"
 
 
-def _size_direction(c: Comparison, digits: int = 3) -> str:
-    """'0.200 nats worse' (lower loss is better): only for a resolved difference."""
-    return f"{abs(c.est.value):.{digits}f} {UNIT} {reading(c)}"
-
-
 # ------------------------------------------------------------------------------------------ variants
 
 
@@ -193,8 +188,10 @@ def compare(a: VariantValues, b: VariantValues) -> Comparison:
 # ------------------------------------------------------------------------------------------ summary
 
 
-def summary_sentences(rs: RunSet, metric: str = METRIC) -> list[str]:
-    """One or two sentences under the summary table: the lowest final loss and how far the others are."""
+def summary_sentences(rs: RunSet, metric: str = METRIC, budget: str | None = None) -> list[str]:
+    """One or two sentences under the summary table: the lowest final loss and how far the others are;
+    `budget` ('200'), where the comparison is one at a fixed budget of steps (normlab.analysis.conditions),
+    says after how many."""
     vals = {k: v for k, v in variant_values(rs, metric).items() if v.values}
     if not vals:
         return [f"No run has a {METRIC_TEXT}, so nothing can be compared."]
@@ -208,38 +205,37 @@ def summary_sentences(rs: RunSet, metric: str = METRIC) -> list[str]:
     r = reading(d)
     # bold only a lowest loss that a test separates from the next: n = 1 or noise crowns no winner
     shown = f"**{_label(best)}**" if d.resolved else _label(best)
-    first = f"Lowest {METRIC_TEXT}: {shown}, {best.mean:.3f} {UNIT}/token ({n_best})"
+    after = f" after {budget} steps" if budget else ""
+    first = f"Lowest {METRIC_TEXT}{after}: {shown}, {best.mean:.3f} {UNIT}/token ({n_best})"
+    gap = f"{runner.variant} − {best.variant} = {fmt_signed(d.est.value)} {UNIT}"
     if r == IDENTICAL:
         first += f"; {runner.variant} is identical to it"
     elif d.resolved:
         first += (
-            f"; it is clearly ahead: the next, {_label(runner)}, is {abs(d.est.value):.3f} {UNIT} higher "
-            f"({fmt_interval(d)})"
+            f", clearly ahead of the next, {_label(runner)}, which is {abs(d.est.value):.3f} {UNIT} higher "
+            f"({runner.variant} − {best.variant}: {fmt_interval(d)})"
         )
     elif r == UNCLEAR:
         first += (
-            f"; the next, {_label(runner)}, differs by {fmt_signed(d.est.value)} {UNIT}, within noise "
-            f"({fmt_interval(d)}), "
-            "so the top two are not separated"
+            f"; the next, {_label(runner)}, is within noise of it: {gap} ({fmt_interval(d)}), so the top two "
+            "are not separated"
         )
     else:
-        first += f"; the next, {_label(runner)}: {fmt_signed(d.est.value)} {UNIT} ({untested_note(d)})"
+        first += f"; the next, {_label(runner)}: {gap} ({untested_note(d)})"
     sentences = [first + "."]
     if len(ranked) > 2:
         worst = ranked[-1]
         d = compare(worst, best)
+        gap = f"{worst.variant} − {best.variant} = {fmt_signed(d.est.value)} {UNIT}"
         if d.resolved:
-            second = f"Highest: {_label(worst)}, {abs(d.est.value):.3f} {UNIT} above {best.variant} ({fmt_interval(d)})"
+            second = (
+                f"Highest: {_label(worst)}, {abs(d.est.value):.3f} {UNIT} above {best.variant} "
+                f"({worst.variant} − {best.variant}: {fmt_interval(d)})"
+            )
         elif reading(d) == UNCLEAR:
-            second = (
-                f"Highest: {_label(worst)}, {fmt_signed(d.est.value)} {UNIT} from {best.variant}, within noise "
-                f"({fmt_interval(d)})"
-            )
+            second = f"Highest: {_label(worst)}, within noise of {best.variant}: {gap} ({fmt_interval(d)})"
         else:
-            second = (
-                f"Highest: {_label(worst)}, {fmt_signed(d.est.value)} {UNIT} from {best.variant} "
-                f"({untested_note(d)})"
-            )
+            second = f"Highest: {_label(worst)}: {gap} ({untested_note(d)})"
         tested = [compare(v, best) for v in ranked[1:]]
         if any(t.tested for t in tested):
             resolved = sum(t.resolved for t in tested)
@@ -339,24 +335,26 @@ def contrast_rows(cs: Sequence[Contrast], rs: RunSet) -> list[list[str]]:
 
 
 def _clause(c: Contrast, display: dict[str, str], with_ci: bool) -> str:
-    """One contrast, by its `reading`: '0.200 nats worse with norm=ln (CI [+0.120, +0.280], n = 3 vs 3)',
-    'no clear difference with norm=ln (+0.030 nats, CI […], n = 3 vs 3)', '+0.009 nats with norm=ln'
-    (untested; `with_ci` False: the sentence says once for all its clauses why they are untested)."""
+    """One contrast, by its `reading`, its sign that of the interval (level − reference): '-0.200 nats with
+    norm=ln (post better: CI [-0.280, -0.120], n = 3 vs 3)', '+0.030 nats with norm=ln (no clear difference:
+    CI […], n = 3 vs 3)', '+0.009 nats with norm=ln' (untested; `with_ci` False: the sentence says once for
+    all its clauses why they are untested), 'identical with norm=ln'."""
     where = f" with {_within_text(c.within, display)}" if c.within else ""
     r = reading(c)
     if r == IDENTICAL:
         return f"identical{where}"
+    value = f"{fmt_signed(c.est.value)} {UNIT}{where}"
     if r in (WORSE, BETTER):
-        return f"{_size_direction(c)}{where} ({fmt_interval(c)})"
+        return f"{value} ({c.level} {r}: {fmt_interval(c)})"
     if r == UNCLEAR:
-        return f"no clear difference{where} ({fmt_signed(c.est.value)} {UNIT}, {fmt_interval(c)})"
-    return f"{fmt_signed(c.est.value)} {UNIT}{where}" + (f" ({untested_note(c)})" if with_ci else "")
+        return f"{value} (no clear difference: {fmt_interval(c)})"
+    return value + (f" ({untested_note(c)})" if with_ci else "")
 
 
 def contrast_sentences(cs: Sequence[Contrast], rs: RunSet) -> list[str]:
-    """One sentence per grouping key: each level against the reference, within each setting of the others,
-    e.g. "**placement** — post vs pre: 0.200 nats worse with norm=ln (CI […], n = 3 vs 3); …"; where no
-    comparison of the key has a noise estimate, "post − pre: +0.200 nats with norm=ln, … (untested: one
+    """One sentence per grouping key: each level minus the reference, within each setting of the others,
+    e.g. "**placement** — post − pre: +0.200 nats with norm=ln (post worse: CI […], n = 3 vs 3); …"; where
+    no comparison of the key has a noise estimate, "post − pre: +0.200 nats with norm=ln, … (untested: one
     run on each side, no noise estimate)"."""
     display = short_names(list(rs.group_keys))
     sentences = []
@@ -373,9 +371,7 @@ def contrast_sentences(cs: Sequence[Contrast], rs: RunSet) -> list[str]:
                 " (did not learn)" if all(c.base.did_not_learn for c in group) else ""
             )
             clauses = ", ".join(_clause(c, display, with_ci=not untested) for c in group)
-            parts.append(
-                f"{subject} − {reference}: {clauses}" if untested else f"{subject} vs {reference}: {clauses}"
-            )
+            parts.append(f"{subject} − {reference}: {clauses}")
         if single:
             n_runs = (
                 "one run on each side" if all(c.n_a == c.n_b == 1 for c in differing) else "one run on a side"
@@ -441,9 +437,13 @@ def warnings(rs: RunSet, metric: str = METRIC) -> list[str]:
 
 
 def report_sentences(rs: RunSet, metric: str = METRIC) -> dict[str, list[str]]:
-    """Everything the report says in words: {"warnings", "summary", "effects"} (each a list of sentences)."""
+    """Everything the report says in words: {"warnings", "conditions", "summary", "effects"} (each a list
+    of sentences); "conditions": the settings the runs share and whether they had converged."""
+    from normlab.analysis import conditions  # it reads this module's LEVEL
+
     return {
         "warnings": warnings(rs, metric),
-        "summary": summary_sentences(rs, metric),
+        "conditions": conditions.sentences(rs),
+        "summary": summary_sentences(rs, metric, conditions.budget_if_fixed(rs)),
         "effects": contrast_sentences(contrasts(rs, metric), rs),
     }

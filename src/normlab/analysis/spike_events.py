@@ -90,10 +90,16 @@ def spike_lines(rs: RunSet) -> list[str]:
                 f"the loss was still up to {max(carried):.2f} nats above its level before the spike {AFTER} steps "
                 "later: these jumps cost training"
             )
+        elif carried and max(carried) > 0:
+            effect = (
+                f"{AFTER} steps after each spike the loss was at most {max(carried):.2f} nats above its level "
+                f"before it (less than the {MATTERS_NATS:g} nats counted as lasting): flagged jumps with no "
+                "lasting effect"
+            )
         elif carried:
             effect = (
-                f"the loss {AFTER} steps later was back at or below its level before each spike (at most "
-                f"{max(carried):+.2f} nats): flagged jumps with no lasting effect"
+                f"{AFTER} steps after each spike the loss was below its level before it (by {-max(carried):.2f} "
+                "nats or more): flagged jumps with no lasting effect"
             )
         else:
             effect = "too close to the end to see the loss after them"

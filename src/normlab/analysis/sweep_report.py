@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from normlab.analysis import captions, left_out, narrative
+from normlab.analysis import captions, conditions, left_out, narrative
 from normlab.analysis.escape import markdown_view, md_text
 from normlab.analysis.html import markdown_to_html
 from normlab.analysis.load import SEED_KEY, RunSet, short_names, sortable
@@ -278,6 +278,9 @@ def _markdown(
         lines += ["> **Read this first**", ">"]
         lines += [f"> - ⚠ {w}" for w in warnings]
         lines.append("")
+    shared, converged = conditions.conditions_sentence(rs), conditions.convergence_sentence(rs)
+    lines += [f"**Conditions.** {shared}", ""] if shared else []
+    lines += [f"**Convergence.** {converged}", ""] if converged else []
     display = short_names(rs.group_keys)
     if rs.group_keys:
         by = ", ".join(f"**{display[k]}**" for k in rs.group_keys)
@@ -307,7 +310,8 @@ def _markdown(
         lines.append("No run trained (all invalid).")
     else:
         lines.append(summary_markdown(table))
-        lines += ["", " ".join(narrative.summary_sentences(rs)), ""]
+        budget = conditions.budget_if_fixed(rs)
+        lines += ["", " ".join(narrative.summary_sentences(rs, budget=budget)), ""]
         baseline_note = (
             "Unigram baseline: the validation loss of predicting tokens by their training frequencies; "
             "learned: runs whose best val loss is clearly below it (summary.json `learned`). "

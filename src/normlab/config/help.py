@@ -158,12 +158,47 @@ def render_groups(root: DictConfig) -> str:
     return "\n".join(f"{g}: {', '.join(_options(config_dir, g))}" for g in groups)
 
 
+# what each launcher a sweep (-m) can name does here (normlab.sweeps runs them all; docs/scaling.md)
+LAUNCHERS = {
+    "basic": "one job after another in the sweep's own process (the default)",
+    "joblib": "n_jobs jobs at a time (hydra.launcher.n_jobs; -1 = every core), each in a fresh process with one "
+    "torch thread: the way to use every core of a laptop",
+    "stacked": "the jobs that share a compute graph (seeds, learning rates, ...) trained together as one "
+    "stacked model, each still a run of its own (docs/scaling.md, When to stack)",
+    "submitit_local": "every job at once as a local submitit process",
+    "slurm": "each job a SLURM job through submitit, requeued and resumed on preemption "
+    "(hydra.launcher.partition=...; docs/scaling.md)",
+}
+
+
+def render_launchers(root: DictConfig) -> str:
+    """Each launcher a sweep can name, installed or normlab's own, with what it does; the chosen one marked."""
+    from hydra.core.config_store import ConfigStore
+
+    installed = {Path(n).stem for n in ConfigStore.instance().list("hydra/launcher")}
+    config_dir = _config_dir(root)
+    ours = set(_yaml_options(config_dir, "hydra/launcher"))
+    chosen = root.hydra.runtime.choices.get("hydra/launcher")
+    names = [n for n in LAUNCHERS if n in installed | ours]
+    names += sorted(
+        (installed | ours) - set(LAUNCHERS) - {"submitit_slurm"}
+    )  # slurm is normlab's preset of it
+    return "\n".join(
+        _knob_line(f"{n}{' (chosen)' if n == chosen else ''}", LAUNCHERS.get(n, "")) for n in names
+    )
+
+
 def _escape(text: str) -> str:
     # Hydra fills the template with string.Template: a literal '$' must be doubled
     return text.replace("$", "$$")
 
 
-SECTIONS = {"knobs": render_knobs, "presets": render_presets, "groups": render_groups}
+SECTIONS = {
+    "knobs": render_knobs,
+    "presets": render_presets,
+    "groups": render_groups,
+    "launchers": render_launchers,
+}
 
 
 def _resolve(what: str, *, _root_: DictConfig) -> str:
@@ -173,7 +208,7 @@ def _resolve(what: str, *, _root_: DictConfig) -> str:
 
 
 def register_help_resolver() -> None:
-    """Make `${normlab_help:groups}`, `${normlab_help:knobs}` and `${normlab_help:presets}` available to the help
-    template."""
+    """Make `${normlab_help:groups}`, `${normlab_help:knobs}`, `${normlab_help:presets}` and
+    `${normlab_help:launchers}` available to the help template."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, _resolve, use_cache=False)

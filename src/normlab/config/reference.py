@@ -14,7 +14,7 @@ from normlab.config.groups import GROUPS, Option, RootConfig
 from normlab.config.help import where
 from normlab.generated import with_cell, with_region
 from normlab.knobs import shown, what_it_takes
-from normlab.model.norms import NORMS, norm_symbol, qk_norms
+from normlab.model.norms import NORMS, RECIPES, norm_symbol, qk_norms
 from normlab.model.placements import PLACEMENTS
 from normlab.model.variant import layers_formula
 
@@ -100,7 +100,8 @@ def _first_sentence(text: str) -> str:
 
 def norms_table() -> str:
     """One row per norm of NORMS: its name, what it computes (its config's docstring, first sentence), its
-    symbol in block formulas, where it is defined and whether it can be model.qk_norm."""
+    symbol in block formulas, where it is defined and whether it can be model.qk_norm; then one per recipe
+    of RECIPES (`norm=dyt_llama`: a norm with a paper's settings)."""
     rows = [
         "| norm (`norm=`) | what it computes | in formulas | placements | `model.qk_norm` |",
         "|---|---|---|---|---|",
@@ -113,6 +114,14 @@ def norms_table() -> str:
         where_ = "every" if kind.placements is None else ", ".join(f"`{p}`" for p in kind.placements)
         qk = "yes" if name in qk_norms() and name != "none" else "–"
         rows.append(f"| `{name}` | {about} | {symbol} | {where_} | {qk} |")
+    for name, (base, about, _changes) in RECIPES.items():  # a norm with a paper's settings: its base's row
+        kind = NORMS[base]
+        symbol = f"`{norm_symbol(base)}`" if norm_symbol(base) else "(identity)"
+        where_ = "every" if kind.placements is None else ", ".join(f"`{p}`" for p in kind.placements)
+        qk = "yes" if name in qk_norms() else "–"
+        rows.append(
+            f"| `{name}` | `{base}` with a paper's settings: {_cell(_first_sentence(about))} | {symbol} | {where_} | {qk} |"
+        )
     return "\n".join(rows)
 
 

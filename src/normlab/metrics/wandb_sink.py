@@ -3,15 +3,21 @@
 metrics.jsonl stays the source of truth: nothing here may stop training. Starting falls back from online
 to offline to nothing, each failure reported in one line; a failed `log` disables the sink for the rest
 of the run. W&B's files go to RUN_DIR/wandb/, so an offline run can be browsed with `wandb leet` and
-uploaded later with `wandb sync`.
+uploaded later.
 
 The W&B run starts with the first metrics row, so a run that never trained (missing data, a crash while
 building the model) leaves no empty W&B run behind. Its id is kept in the run directory (RUN_ID_FILE): a
-resumed run continues its own W&B run (`wandb.init(id=…, resume="allow")`, offline too: `wandb sync` puts
-the pieces together) instead of starting a second one; a run started afresh in its directory gets a new id. Each training run is one W&B run: `group` = the sweep,
-`job_type` = the variant (what the sweep varies, seed excluded, e.g. `ln, pre`), the config flattened to
-the override keys, and the per-layer metrics (`grad_norm/layer_i`, `act_rms/layer_i`, ...) in panel
-sections of their own (W&B makes a section of the name before the first "/").
+resumed run logs on under the same id (`wandb.init(id=…, resume="allow")`) instead of starting a second
+W&B run; a run started afresh in its directory gets a new id. Online, the server continues that run;
+offline, each process writes a fragment of its own, and the line an offline run prints names the one
+command that uploads them all, in order: `wandb beta sync --id ID`, as W&B documents it for resumed
+fragments (normlab.metrics.wandb_sync). Checked without a server: that command, its fragments and their
+steps (`--dry-run` lists them all); not checked: the upload itself and how W&B's UI joins the history.
+
+Each training run is one W&B run: `group` = the sweep, `job_type` = the variant (what the sweep varies,
+seed excluded, e.g. `ln, pre`), the config flattened to the override keys, and the per-layer metrics
+(`grad_norm/layer_i`, `act_rms/layer_i`, ...) in panel sections of their own (W&B makes a section of the
+name before the first "/").
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from normlab.knobs import Knobs, knob
 from normlab.metrics import names
 from normlab.metrics.histograms import Histogram
 from normlab.metrics.sinks import RowSink
+from normlab.metrics.wandb_sync import fragments, sync_command
 from normlab.summary import OUTCOME_FIELDS
 
 log = logging.getLogger("normlab")
@@ -53,7 +60,8 @@ class LoggerConfig(Knobs):
 @dataclass(frozen=True)
 class WandbConfig(LoggerConfig):
     """Weights & Biases, on top of metrics.jsonl (which stays the source of truth; a W&B failure never stops
-    training). Files go to RUN_DIR/wandb/. Without credentials the run is logged offline: `wandb sync` later."""
+    training). Files go to RUN_DIR/wandb/. Without credentials the run is logged offline, and it prints the
+    command that uploads it later."""
 
     name: str = knob("wandb", "the logger (logger=NAME)", choices=lambda: tuple(LOGGERS))
     project: str = knob("normlab", "W&B project")
@@ -261,18 +269,29 @@ def run_id(run_dir: Path, fresh: bool, new_id: Callable[[], str] = new_run_id) -
     return made
 
 
-def announce(run: Any, credentials: bool) -> None:
-    """The one line a user needs: where an online run is, or how to upload an offline one."""
+def announce(
+    run: Any,
+    credentials: bool,
+    run_dir: Path | None = None,
+    project: str = "normlab",
+    entity: str | None = None,
+) -> None:
+    """The one line a user needs: where an online run is, or how to browse an offline one and the one
+    command that uploads all of it (every fragment its resumes wrote in `run_dir`)."""
     settings = getattr(run, "settings", None)
     if getattr(settings, "mode", None) == "offline":
         why = "" if credentials else " (no W&B credentials found)"
         where = getattr(settings, "sync_dir", None) or "RUN_DIR/wandb/offline-run-*"
-        log.info(
-            "W&B offline%s; browse it with: wandb leet %s; upload later with: wandb sync %s",
-            why,
-            where,
-            where,
-        )
+        rid = getattr(run, "id", None)
+        parts = fragments(run_dir, rid) if run_dir is not None and rid else []
+        if len(parts) > 1:
+            upload = (
+                f"upload all {len(parts)} parts of this run (one per start: the first and each resume), in "
+                f"order, as one W&B run with: {sync_command(parts, rid, project, entity)}"
+            )
+        else:
+            upload = f"upload later with: wandb sync {where}"
+        log.info("W&B offline%s; browse it with: wandb leet %s; %s", why, where, upload)
     else:
         log.info("W&B run: %s", getattr(run, "url", None))
 
@@ -337,7 +356,7 @@ class WandbSink(RowSink):
             if run is None:
                 log.warning("W&B off for this run; metrics.jsonl has everything.")
                 return None
-            announce(run, has_credentials(base_url))
+            announce(run, has_credentials(base_url), run_dir, lcfg.project, lcfg.entity)
             return run
 
         return cls(None, wandb, start)

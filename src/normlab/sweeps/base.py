@@ -92,8 +92,9 @@ class SweepLauncher(Launcher):
 
     def _announce(self, sweep: SweepJobs) -> None:
         log.info("Launching %d jobs, sweep output dir: %s", len(sweep.jobs), sweep.sweep_dir)
-        for job in sweep.jobs:
-            log.info("\t#%d : %s", job.num, " ".join(filter_overrides(job.overrides)))
+        for job in sweep.jobs:  # the overrides as typed: not the name= that carries them (sweeps.names)
+            shown = [o for o in job.overrides if not (o.startswith("name=") and "${" in o)]
+            log.info("\t#%d : %s", job.num, " ".join(filter_overrides(shown)))
         if sweep.busy:
             job = sweep.busy[0]
             say(

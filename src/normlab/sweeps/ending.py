@@ -109,6 +109,35 @@ def summary_line(summary: dict[str, Any]) -> str:
     return f"{status}: {summary.get('reason')}" if summary.get("reason") else str(status)
 
 
+def grouped_lines(endings: Sequence[JobEnding]) -> list[str]:
+    """One line per job, except that jobs which failed for the same reason (a missing corpus fails them
+    all) share one line: `#0–#7 (8 jobs) — failed: …`."""
+    failed: dict[str, list[JobEnding]] = {}
+    for o in endings:
+        if o.status == "failed":
+            failed.setdefault(o.detail, []).append(o)
+    lines, said = [], set()
+    for o in endings:
+        group = failed.get(o.detail) if o.status == "failed" else None
+        if group is None or len(group) == 1:
+            lines.append(f"  #{o.job.num} {o.job.label} — {o.detail}")
+        elif o.detail not in said:
+            said.add(o.detail)
+            lines.append(f"  {job_numbers([g.job.num for g in group])} ({len(group)} jobs) — {o.detail}")
+    return lines
+
+
+def job_numbers(nums: Sequence[int]) -> str:
+    """[0, 1, 2, 5] → '#0–#2, #5'."""
+    runs: list[list[int]] = []
+    for n in sorted(nums):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"#{r[0]}–#{r[-1]}" if len(r) > 2 else ", ".join(f"#{n}" for n in r) for r in runs)
+
+
 def sweep_exit_code(endings: Sequence[JobEnding], stopped_by: int | None) -> int:
     if stopped_by is not None:
         return exit_code(stopped_by)
@@ -135,8 +164,8 @@ def report_end(
         return code
     head = f"stopped by {signal_name(stopped_by)}" if stopped_by is not None else "not finished"
     say(f"[sweep] {head}: {tally} — {sweep_dir}")
-    for o in endings:
-        say(f"  #{o.job.num} {o.job.label} — {o.detail}")
+    for line in grouped_lines(endings):
+        say(line)
     if any(not o.finished for o in endings):
         say(f"continue the sweep with: {continue_command}")
     return code

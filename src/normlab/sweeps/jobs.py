@@ -111,9 +111,15 @@ def plan_jobs(
     context: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]], first_num: int
 ) -> SweepJobs:
     """Number the jobs, and where the sweep directory already holds runs, give each its directory and plan."""
+    from normlab.sweeps.names import distinct_names  # every swept value in the run's name
+
     sweep_dir = Path(str(config.hydra.sweep.dir))
     names = labels(job_overrides)
-    jobs = [Job(first_num + i, list(o), names[i]) for i, o in enumerate(job_overrides)]
+    named = distinct_names(config, job_overrides)
+    jobs = [
+        Job(first_num + i, [*o, *([named[i]] if named[i] else [])], names[i])
+        for i, o in enumerate(job_overrides)
+    ]
     recorded = recorded_jobs(sweep_dir)
     if not recorded:
         return SweepJobs(sweep_dir, jobs)
@@ -152,6 +158,11 @@ def _place(
 ) -> None:
     """Give `job` its recorded directory, or a new one no other job has, and its plan there."""
     run_dir = recorded.get(job_key(job.overrides))
+    if run_dir is None:  # recorded before run names carried every swept value: continued as it was
+        unnamed = [o for o in job.overrides if not _added_name(o)]
+        run_dir = recorded.get(job_key(unnamed))
+        if run_dir is not None:
+            job.overrides = unnamed
     max_steps = recorded_max_steps(run_dir) if run_dir is not None else None
     if run_dir is None:
         subdir, name = default_subdir(job_config(context, config, job.overrides, job.num))
@@ -164,6 +175,10 @@ def _place(
     job.overrides.append(f"hydra.sweep.subdir={hydra_value(run_dir.name)}")
     job.run_dir = run_dir
     job.plan = directories.plan(run_dir, max_steps)
+
+
+def _added_name(override: str) -> bool:
+    return override_key(override) == "name"
 
 
 def summary_of(run_dir: Path | None) -> dict[str, Any] | None:

@@ -157,7 +157,11 @@ class LocalPoolLauncher(SweepLauncher):
                         if r.process.poll() is not None:
                             ran.update(collect(r))
                             del running[key]
-                    ticker.tick({job.num: job for r in running.values() for job in r.jobs}, len(ran))
+                    ticker.tick(
+                        {job.num: job for r in running.values() for job in r.jobs},
+                        len(ran),
+                        stopping=stop.signum is not None,
+                    )
                     time.sleep(POLL_S)
         finally:
             shutil.rmtree(results, ignore_errors=True)

@@ -1,6 +1,6 @@
 """`hydra/launcher=stacked`: a sweep's runs that share one compute graph trained together, as one stacked model.
 
-    python train.py -m seed=0,1,2,3 optim.lr=1e-3,3e-3 hydra/launcher=stacked
+    python train.py -m seed=0,1,2,3 optim.lr=1e-3,3e-3 model=tiny data=synthetic hydra/launcher=stacked
 
 The launcher composes every job's config and groups the jobs whose configs agree on everything but the
 keys a member of a stack may have of its own (`MEMBER_KEYS`: seed and so data order, learning rate and

@@ -11,13 +11,17 @@ per step, the ETA and the bar's rate are those of the steps this run just made:
 there or the run is one of several a sweep runs side by side (their sweep prints one line for all of them,
 normlab.sweeps.live). With `hint`, the first block of rows also says how long a step takes and the whole
 run will take — measured on the first real steps, replacing a timed benchmark before training — and, above
-SLOW_STEP_S on a model bigger than model=tiny, how many times fewer FLOPs the tiny preset needs.
+SLOW_STEP_S on a model bigger than model=tiny, how many times fewer FLOPs the tiny preset needs. Rows reach
+the host every train.flush_every steps, so on a slow model (seconds a step on a CPU) that first block can
+take a minute: after WAITING_S without a row such a run says that it is on its first steps and how long a
+step takes at least, rather than stay silent (a timer beside the loop: nothing is added to the loop).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +34,7 @@ log = logging.getLogger("normlab")
 
 SLOW_STEP_S = 1.0  # above this, a CPU user is pointed at model=tiny
 SMOOTHING = 0.3  # weight of the newest flush window in the seconds-per-step average
+WAITING_S = 15.0  # a run typed at the command line says it is on its first steps when they take this long
 
 
 def fmt_step(seconds: float) -> str:
@@ -114,11 +119,33 @@ class ProgressLog(Callback):
         console: bool = True,
         hint: bool = False,
         tiny_flops_ratio: float | None = None,
+        first_block: int = 0,
+        waiting_s: float = WAITING_S,
     ) -> None:
         self.name, self.max_steps, self.every = name, max_steps, every
         self.console, self.hint, self.tiny_flops_ratio = console, hint, tiny_flops_ratio
         self.clock = StepClock(tokens_per_step)
         self.first: int | None = None  # the first step this process trained (a resume starts later)
+        # with `hint` and `first_block` (train.flush_every): one line if the first rows keep us waiting
+        self.first_block, self.waiting_s = first_block, waiting_s
+        self._waiting: threading.Timer | None = None
+        if hint and first_block > 1:
+            self._waiting = threading.Timer(waiting_s, self._still_waiting)
+            self._waiting.daemon = True
+            self._waiting.start()
+
+    def _still_waiting(self) -> None:
+        n, waited = self.first_block, self.waiting_s
+        self.emit(
+            f"training: the first {n} steps are under way ({waited:.0f} s so far: at least "
+            f"{fmt_step(waited / n)} for each of these first steps, which are measured in full and run slower); "
+            f"the step time and the run's length follow once they are done (train.flush_every={n} steps a block)"
+        )
+
+    def _stop_waiting(self) -> None:
+        if self._waiting is not None:
+            self._waiting.cancel()
+            self._waiting = None
 
     def emit(self, message: str, level: int = logging.INFO) -> None:
         if self.console:
@@ -130,6 +157,7 @@ class ProgressLog(Callback):
         self.clock.observe(row)
         step = int(row[names.STEP])
         if self.first is None:
+            self._stop_waiting()
             self.first = step
             if self.hint and self.clock.latest is not None:
                 for line in self.hint_lines(step):
@@ -155,7 +183,7 @@ class ProgressLog(Callback):
         return lines
 
     def on_end(self, result: LoopResult) -> None:
-        return None
+        self._stop_waiting()
 
 
 class ProgressBar(Callback):

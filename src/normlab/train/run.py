@@ -58,7 +58,7 @@ from normlab.train.resume import Decision, LeftAsItWas
 from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory
 from normlab.train.run_end import ResumeCommand, RunEnd
 from normlab.train.run_start import RunStart
-from normlab.train.sample import generate
+from normlab.train.sample import generate, one_line
 from normlab.train.signals import StopRequest, exit_code
 
 log = logging.getLogger("normlab")
@@ -165,8 +165,8 @@ class Run(RunStart, RunEnd):
             if self.summary.status == "running":
                 self._finish(ending)
             return False
-        if ending.status == "invalid":
-            log.warning("invalid config, skipped: %s", ending.reason)
+        if ending.status == "invalid":  # a sweep's job (keep_signals False) is skipped and the sweep goes on
+            log.warning("invalid config%s: %s", "" if self.keep_signals else ", skipped", ending.reason)
         try:
             self._finish(ending)
         except OSError as err:  # e.g. the disk is full: the sentence still reaches the console
@@ -324,7 +324,7 @@ class Run(RunStart, RunEnd):
                 seed=self.cfg["seed"],
             )
             write_text_atomic(self.run_dir / SAMPLE_FILE, text + "\n")
-            log.info("%ssample: %s", self.log_prefix, text)
+            log.info("%ssample: %s", self.log_prefix, one_line(text))
 
     @property
     def log_prefix(self) -> str:
@@ -394,5 +394,6 @@ class Run(RunStart, RunEnd):
             console=not bar and not self.side_by_side,
             hint=self.step_time and trainer.step < max_steps,
             tiny_flops_ratio=step_time.tiny_flops_ratio(self.cfg) if trainer.device.type == "cpu" else None,
+            first_block=self.train.flush_every,
         )
         return [ProgressBar(max_steps, trainer.step, name, bar, per_step), lines]

@@ -73,3 +73,10 @@ def generate(
             ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
     model.train(was_training)
     return codec.decode(ids[0].tolist())
+
+
+def one_line(text: str) -> str:
+    """A sample as one console line, its line breaks shown as ⏎: a multi-line sample printed as it is would
+    put lines without the log prefix (and, in a sweep, without the run's name) among other jobs' lines;
+    sample.txt keeps it as generated."""
+    return " ⏎ ".join(text.splitlines())
