@@ -86,7 +86,7 @@ def sweep_cost(
     """The cost of a sweep from its probe: the runs' directories, the probe sweep's wall time and schedule."""
     times = []
     for run in run_dirs:
-        rows, _ = read_metrics(run / "metrics.jsonl")
+        rows, _ = read_metrics(run)
         t = run_times(rows, shape.tokens_per_step)
         if t.steady_s is None:
             raise ProbeFailed(
