@@ -53,12 +53,16 @@ if ! python3 -c "import normlab.study.pilot.run" 2>>"$OUT/env.txt"; then
 fi
 
 MICRO_FLAG=${MICRO:+--micro}
+# eager by default: on an H100 (2026-11-27) three d_model-32, 12-block runs compiling at once took 174 s to start,
+# more than the smoke's whole budget, and the pilot would pay it twice (its probe, its runs); COMPILE=true
+# compiles (worth it where the budget is hours, not minutes)
+COMPILE_ARG="--override train.compile=${COMPILE:-false}"
 # the pilot's corpus, built on the CPU cores while the smoke uses the device (the pilot then finds it ready)
-python3 scripts/reproduce.py --scale pilot $MICRO_FLAG --device "$DEVICE" ${PILOT_ARGS:-} --data-only >"$WORK/data.log" 2>&1 &
+python3 scripts/reproduce.py --scale pilot $MICRO_FLAG --device "$DEVICE" $COMPILE_ARG ${PILOT_ARGS:-} --data-only >"$WORK/data.log" 2>&1 &
 
 say "1. smoke: the whole path at a tiny shape, one seed of each placement, on $DEVICE"
 if ! timeout -k 10 "${T_SMOKE:-200}" python3 scripts/reproduce.py --scale pilot --micro --device "$DEVICE" --seeds 1 \
-        --budget "${SMOKE_BUDGET:-150}" --max-steps 150 ${SMOKE_NAMES:-12 13} --out "$WORK/smoke" >"$OUT/smoke.log" 2>&1; then
+        --budget "${SMOKE_BUDGET:-150}" --max-steps 150 $COMPILE_ARG ${SMOKE_NAMES:-12 13} --out "$WORK/smoke" >"$OUT/smoke.log" 2>&1; then
     tail -30 "$OUT/smoke.log"; say "the smoke failed: the pilot does not start (log: $OUT/smoke.log)"; exit 1
 fi
 grep -A4 "^Pilot verdicts" "$OUT/smoke.log"
@@ -69,7 +73,7 @@ LEFT=$((TOTAL - $(elapsed) - 75))
 B=$((BUDGET < LEFT ? BUDGET : LEFT))
 say "2. the pilot within $B s (scripts/reproduce.py --scale pilot)"
 timeout -k 10 $((B + 10)) python3 scripts/reproduce.py --scale pilot $MICRO_FLAG --device "$DEVICE" --budget "$B" \
-    ${PILOT_ARGS:-} --out "$WORK/run"
+    $COMPILE_ARG ${PILOT_ARGS:-} --out "$WORK/run"
 RC=$?
 say "the pilot ended with status $RC"
 
