@@ -18,9 +18,18 @@ def tokens(n: int = 4000, seed: int = 0) -> Any:
     return torch.randint(0, VOCAB, (n,), generator=g).numpy().astype("int64")
 
 
-def build_model(norm: str, placement: str, seed: int, depth: int = 2, d: int = 16) -> GPT:
+def build_model(norm: str, placement: str, seed: int, depth: int = 2, d: int = 16, ulp: bool = False) -> GPT:
+    """The GPT of `seed`; with `ulp`, every initial weight moved one float32 step up or down (at random,
+    seeded): a rounding-sized difference, which training then grows as it grows the stack's."""
     torch.manual_seed(seed)
-    return GPT(VOCAB, 16, d, 2, depth, norm, placement)
+    model = GPT(VOCAB, 16, d, 2, depth, norm, placement)
+    if ulp:
+        g = torch.Generator().manual_seed(seed + 12345)
+        with torch.no_grad():
+            for p in model.parameters():
+                way = torch.where(torch.rand(p.shape, generator=g) < 0.5, -torch.inf, torch.inf)
+                p.copy_(torch.nextafter(p, way.to(p.dtype)))
+    return model
 
 
 def member_config(
@@ -39,8 +48,19 @@ def member_config(
     return cfg
 
 
-def train_alone(norm, placement, cfg, train_tokens, val_tokens, depth=2, d=16):
-    model = build_model(norm, placement, cfg["seed"], depth, d)
+def train_alone(norm, placement, cfg, train_tokens, val_tokens, depth=2, d=16, threads=None, ulp=False):
+    """The run alone; on `threads` torch threads (then set back), from initial weights one ulp off (`ulp`)."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _train_alone(norm, placement, cfg, train_tokens, val_tokens, depth, d, ulp)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train_alone(norm, placement, cfg, train_tokens, val_tokens, depth, d, ulp):
+    model = build_model(norm, placement, cfg["seed"], depth, d, ulp=ulp)
     trainer = config_trainer(
         model,
         train_tokens,

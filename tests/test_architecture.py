@@ -67,6 +67,8 @@ TOP: dict[str, set[str] | None] = {
     "__init__.py": set(),
     "suggest.py": {"config"},
     "requeue.py": {"distributed", "summary", "train"},
+    # a job's ending, shared by cli (one job) and sweeps (many): below both, so neither imports the other
+    "job.py": {"commands", "distributed", "errors", "requeue", "train"},
     "cli.py": None,
     "__main__.py": None,
 }
@@ -245,18 +247,6 @@ def arrows_within(graph: Graph, circle: list[str]) -> list[str]:
     return [f"{a} → {b}" for a in circle for b in sorted(graph.get(a, ())) if b in members]
 
 
-def without(graph: Graph, pairs: set[tuple[str, str]]) -> dict[str, set[str]]:
-    """The graph without the arrows between the packages or modules of each pair (either way)."""
-
-    def within(module: str, unit: str) -> bool:
-        return module == unit or module.startswith(unit + ".")
-
-    def cut(a: str, b: str) -> bool:
-        return any(within(a, x) and within(b, y) or within(a, y) and within(b, x) for x, y in pairs)
-
-    return {a: {b for b in targets if not cut(a, b)} for a, targets in graph.items()}
-
-
 def packages_of(graph: Graph, package: str) -> dict[str, set[str]]:
     """The graph of the top-level units (`package.model`, `package.cli`): a circle between packages that
     passes through different modules of each still is one."""
@@ -274,60 +264,40 @@ def report(graph: Graph, found: list[list[str]]) -> str:
     return "\n".join(f"circle {' ↔ '.join(c)}: " + "; ".join(arrows_within(graph, c)) for c in found)
 
 
-def unexpected_circles(graph: Graph, known: Mapping[tuple[str, str], str], package: str) -> str:
-    """What the circles of `graph` break beyond the `known` ones (pairs of modules or packages whose arrows
-    either way make a circle we know of), as lines for a failure message; "" when nothing. A circle is
-    unexpected when it reaches beyond the known pairs' modules, or when it remains with their arrows cut,
-    so a known pair exempts nothing that passes through a third package."""
-    units = {unit for pair in known for unit in pair}
-    cut = without(graph, set(known))
-    lines = []
-    for level in (graph, packages_of(graph, package)):
-        for circle in circles(level):
-            if not all(any(m == u or m.startswith(u + ".") for u in units) for m in circle):
-                lines.append(report(level, [circle]))
-    for level in (cut, packages_of(cut, package)):
-        lines += [report(level, [c]) for c in circles(level)]
-    return "\n".join(dict.fromkeys(lines))
-
-
-# Circles of today's tree that other rewrites remove (issue 41), each checked by its own strict xfail below:
-# when one is gone its test passes, which strict=True turns into a failure: delete its marker and its entry.
-KNOWN_CIRCLES = {
-    # cli imports sweeps.stacked (threads_per_stack); sweeps.base, sweeps.ending and sweeps.stacked import
-    # cli (JobFailed, run_stacked_jobs, sweep_group)
-    ("normlab.cli", "normlab.sweeps"): "issue 41: cli↔sweeps, removed after the stacked rewrite",
-    # sweeps.pool imports sweeps.base (the launcher's base class); base imports pool inside a function
-    ("normlab.sweeps.base", "normlab.sweeps.pool"): (
-        "issue 41: sweeps.base↔sweeps.pool (a lazy import), removed with the sweeps rewrite"
-    ),
-}
-
-
-def test_no_import_circle_but_the_known_ones():
-    """0 circles between modules (a function's import counts) and between packages, apart from
-    KNOWN_CIRCLES; a new circle, or one through a known pair and a third module, fails here."""
+def test_no_import_circle():
+    """0 circles between modules (a function's import counts) and between packages."""
     graph = import_graph(SRC, "normlab")
     assert "normlab.model.norms" in graph["normlab.model.blocks"]  # the graph is read at all
     assert "normlab.model.norms" not in graph["normlab.model.norm_config"]  # the norm-config loop is gone
-    problems = unexpected_circles(graph, KNOWN_CIRCLES, "normlab")
-    assert not problems, problems
+    found = circles(graph)
+    assert not found, report(graph, found)
+    packages = packages_of(graph, "normlab")
+    assert not circles(packages), report(packages, circles(packages))
 
 
 @pytest.mark.parametrize(
-    "pair",
+    ("importer", "imported_module"),
     [
-        pytest.param(pair, marks=pytest.mark.xfail(strict=True, reason=why))
-        for pair, why in KNOWN_CIRCLES.items()
+        # issue 41's two circles: the launchers asked cli how a job ended (JobFailed) and ran the stacked
+        # jobs there; sweeps.base imported sweeps.pool (its subclass) inside a function
+        ("normlab.sweeps", "normlab.cli"),
+        ("normlab.sweeps.base", "normlab.sweeps.pool"),
     ],
-    ids=lambda pair: "↔".join(m.removeprefix("normlab.") for m in pair),
 )
-def test_the_known_circle_is_gone(pair):
-    """The graph with every other known circle's arrows cut has no circle: fails (xfail) while `pair`'s is
-    there."""
-    graph = without(import_graph(SRC, "normlab"), set(KNOWN_CIRCLES) - {pair})
-    found = circles(graph) + circles(packages_of(graph, "normlab"))
-    assert not found, report(graph, circles(graph)) or report(packages_of(graph, "normlab"), found)
+def test_no_arrow_back_up(importer, imported_module):
+    """The entry point (cli) is imported by nothing of the library but `python -m normlab` (__main__), and a
+    base class does not import its subclass's module: arrows point down only."""
+    graph = import_graph(SRC, "normlab")
+    wrong = [
+        f"{a} → {b}"
+        for a, targets in graph.items()
+        if a == importer or a.startswith(importer + ".")
+        for b in targets
+        if b == imported_module or b.startswith(imported_module + ".")
+    ]
+    assert not wrong, wrong
+    users_of_cli = sorted(a for a, targets in graph.items() if "normlab.cli" in targets)
+    assert users_of_cli == ["normlab.__main__"], users_of_cli
 
 
 def write_package(root: Path, files: Mapping[str, str]) -> Path:
@@ -371,9 +341,9 @@ def test_the_circle_check_finds_a_crafted_circle_through_a_lazy_import(tmp_path)
     assert circles(import_graph(pkg, "pkg")) == []
 
 
-def test_the_circle_check_finds_a_circle_between_packages_and_exempts_only_the_named_pair():
-    """Crafted graphs: a circle between packages through different modules of each (no module circle), and
-    the exemption of one pair, which leaves a circle through a third package standing."""
+def test_the_circle_check_finds_a_circle_between_packages():
+    """Crafted graphs: a circle between packages through different modules of each (no module circle), which
+    the package-level graph finds, and that graph without it."""
     graph = {
         "p.cli": {"p.sweeps.stacked"},
         "p.sweeps.stacked": {"p.train.run"},
@@ -383,15 +353,11 @@ def test_the_circle_check_finds_a_circle_between_packages_and_exempts_only_the_n
     }
     assert circles(graph) == []
     assert circles(packages_of(graph, "p")) == [["p.cli", "p.sweeps", "p.train"]]
-    # exempting cli↔sweeps leaves the circle through train standing
-    found = unexpected_circles(graph, {("p.cli", "p.sweeps"): "known"}, "p")
-    assert (
-        found
-        == "circle p.cli ↔ p.sweeps ↔ p.train: p.cli → p.sweeps; p.sweeps → p.cli; p.sweeps → p.train; p.train → p.cli"
+    assert report(packages_of(graph, "p"), circles(packages_of(graph, "p"))) == (
+        "circle p.cli ↔ p.sweeps ↔ p.train: p.cli → p.sweeps; p.sweeps → p.cli; p.sweeps → p.train; p.train → p.cli"
     )
-    # without train's arrow back, what is left is the known pair alone
     graph["p.train.other"] = set()
     assert circles(packages_of(graph, "p")) == [["p.cli", "p.sweeps"]]
-    assert unexpected_circles(graph, {("p.cli", "p.sweeps"): "known"}, "p") == ""
-    assert "p.cli ↔ p.sweeps" in unexpected_circles(graph, {}, "p")
+    graph["p.sweeps.base"] = set()  # the arrow back up cut: no circle left
+    assert circles(packages_of(graph, "p")) == []
     assert circles({"a": {"a"}}) == []  # importing itself is no circle

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import re
-import shlex
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -33,20 +32,22 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from normlab import distributed, requeue, suggest
-from normlab.commands import hydra_value, sweep_command
+from normlab.commands import sweep_command
 from normlab.errors import UserError
+from normlab.job import (
+    EXIT_CRASHED,
+    EXIT_FAILED,
+    JobFailed,
+    command_to_resume,
+    crash_recorded,
+    fail,
+    job_outcome,
+    sweep_group,
+)
 from normlab.train.run_dir import claim_sweep_dir, release_claims
 from normlab.train.signals import ignored_from_now
 
 log = logging.getLogger("normlab")
-
-EXIT_FAILED = 2
-EXIT_INVALID = 2
-EXIT_CRASHED = 1
-
-
-class JobFailed(UserError):
-    """A multirun job ended as failed; raised so Hydra records it and the sweep ends with exit 2."""
 
 
 def threads_for_job(requested: int | None) -> int | None:
@@ -59,7 +60,7 @@ def threads_for_job(requested: int | None) -> int | None:
         return None
     launcher = hydra_cfg.runtime.choices.get("hydra/launcher")
     if launcher == "stacked":  # a run that could not be stacked: the cores shared by the stacks at once
-        from normlab.sweeps.stacked import threads_per_stack
+        from normlab.sweeps.stacked import threads_per_stack  # here: a single run does not import sweeps/
 
         return threads_per_stack(int(OmegaConf.select(hydra_cfg, "launcher.n_jobs") or 1))
     return 1 if launcher == "joblib" else None
@@ -76,30 +77,9 @@ def parallel_sweep() -> bool:
     return hydra_cfg.mode == RunMode.MULTIRUN and launcher in PARALLEL_LAUNCHERS
 
 
-def sweep_group() -> str | None:
-    """The W&B group of a multirun job: the sweep directory's date and name, shared by all its jobs."""
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN:
-        return None
-    sweep = Path(hydra_cfg.sweep.dir)
-    return f"{sweep.parent.name}_{sweep.name}" if sweep.parent.name else sweep.name
-
-
 def resume_command(run_dir: Path, resume: str | None) -> str:
     """The command that continues this job in its own directory: its overrides, train.resume, the run dir."""
     return command_to_resume(list(HydraConfig.get().overrides.task), run_dir, resume)
-
-
-def command_to_resume(task_overrides: list[str], run_dir: Path, resume: str | None) -> str:
-    """The command that continues the job of these overrides in `run_dir` (a stacked sweep's members each
-    have theirs: one run alone continues from a member's checkpoint)."""
-    overrides = [o for o in task_overrides if not o.lstrip("+~").startswith(("train.resume=", "hydra."))]
-    extra = [f"hydra.run.dir={hydra_value(str(run_dir))}"]
-    if resume:
-        extra.insert(0, f"train.resume={hydra_value(resume)}")
-    dist = distributed.current()
-    launcher = ["torchrun", f"--nproc_per_node={dist.world_size}"] if dist.enabled else ["python"]
-    return shlex.join([*launcher, "train.py", *overrides, *extra])
 
 
 def run_hydra_job(cfg: DictConfig) -> float | None:
@@ -137,110 +117,6 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
         e.normlab_crash = True  # type: ignore[attr-defined]
         raise
     return job_outcome(summary, run_dir, multirun, run=run)
-
-
-@contextlib.contextmanager
-def crash_recorded(cfg: DictConfig, run_dir: Path) -> Iterator[None]:
-    """A bug raised inside (before a run exists to record it) is written to `run_dir`'s summary.json as a
-    crash with its traceback (docs/errors.md), then raised on."""
-    try:
-        yield
-    except Exception as e:
-        if not isinstance(e, UserError):
-            from normlab.train.run import Run
-
-            Run(cfg, run_dir).record_crash(e)
-            e.normlab_crash = True  # type: ignore[attr-defined]
-        raise
-
-
-def job_outcome(summary: dict[str, Any], run_dir: Path, multirun: bool, run: Any = None) -> Any:
-    """What the console hears of a run's ending, and what its job returns: the final validation loss, None
-    (interrupted in a sweep), `JobFailed` raised for a failed job of a sweep; outside a sweep a failed,
-    invalid or interrupted run exits with its code. `run` (a Run) says a single run's exit code and hands a
-    preemption back to its cluster."""
-    status = summary["status"]
-    if status == "failed":
-        if multirun:  # recorded; the sweep prints a reason once, however many jobs share it (sweep_progress)
-            raise JobFailed(str(summary["reason"]))
-        print(f"error: {summary['reason']}", file=sys.stderr)
-        if summary.get("resume_command"):
-            print(f"continue with: {summary['resume_command']}", file=sys.stderr)
-        sys.exit(EXIT_FAILED)
-    if status == "invalid":  # the run already logged its one sentence
-        if not multirun:
-            sys.exit(EXIT_INVALID)
-    elif status == "interrupted":
-        print(f"interrupted: {summary['reason']} Summary in {run_dir / 'summary.json'}.", file=sys.stderr)
-        if run is not None:
-            requeue.hand_back(run.stop)  # submitit's preemption signal: it requeues the job and exits
-        if multirun:  # the sweep stops and prints the one command that continues all of it
-            return None
-        if summary.get("resume_command"):
-            print(f"resume with: {summary['resume_command']}", file=sys.stderr)
-        sys.exit(run.exit_code() if run is not None else EXIT_FAILED)
-    else:
-        log.info(
-            "%s: %s after %d steps, final val loss %s (%s)",
-            summary["name"],
-            status,
-            summary["steps"],
-            summary["final_val_loss"],
-            run_dir,
-        )
-    return summary["final_val_loss"]
-
-
-def run_stacked_jobs(jobs: list[Any], threads: int | None = None) -> list[Any]:
-    """Run the jobs of a stacked group (normlab.sweeps.stacked: each a `StackedJob`) as one stack; returns,
-    per job, what run_hydra_job would return for it, or the exception it would raise."""
-    from normlab.train.stacked.run import MemberRun, StackedRun
-
-    try:
-        stop = requeue.stop_request()
-        members = [
-            MemberRun(
-                job.cfg,
-                job.run_dir,
-                group=job.wandb_group,
-                stop=stop,
-                resume_command=lambda run_dir, resume, o=job.overrides: command_to_resume(o, run_dir, resume),
-                as_job=job.as_job,
-                side_by_side=True,  # several runs in one process: progress lines, no bars
-            )
-            for job in jobs
-        ]
-        requested = jobs[0].cfg.train.num_threads
-        summaries = StackedRun(members, stop, requested if isinstance(requested, int) else threads).execute()
-    except Exception as e:  # a bug before the members' runs could record it: each job's summary says so
-        for job in jobs:
-            with contextlib.suppress(Exception), crash_recorded(job.cfg, job.run_dir):
-                raise e
-        e.normlab_crash = True  # type: ignore[attr-defined]
-        return [e for _ in jobs]
-    outcomes: list[Any] = []
-    for member, summary in zip(members, summaries, strict=True):
-        if summary is None or member.error is not None:
-            error = member.error or UserError("the run directory could not be used")
-            if not isinstance(error, UserError):
-                error.normlab_crash = True  # type: ignore[attr-defined]
-            else:
-                print(f"error: {error}", file=sys.stderr)
-                error = JobFailed(str(error))
-            outcomes.append(error)
-            continue
-        try:
-            outcomes.append(job_outcome(summary, member.run_dir, multirun=True))
-        except JobFailed as e:
-            outcomes.append(e)
-    return outcomes
-
-
-def fail(reason: str, multirun: bool) -> None:
-    print(f"error: {reason}", file=sys.stderr)
-    if multirun:  # Hydra records the job as failed; the sweep reports it at the end
-        raise JobFailed(reason)
-    sys.exit(EXIT_FAILED)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def test_a_killed_sweep_parent_leaves_no_temporary_folder(tmp_path, cache_dir):
 
 
 def test_a_dead_sweeps_results_folder_is_cleared_by_the_next_invocation(train_cli, tmp_path):
-    from normlab.sweeps.pool import RESULTS_PREFIX
+    from normlab.sweeps.results import RESULTS_PREFIX
 
     sweep = tmp_path / "sweep"
     assert train_cli("-m", "seed=0", f"hydra.sweep.dir={sweep}").code == 0

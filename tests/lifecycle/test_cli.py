@@ -72,9 +72,8 @@ def test_a_bug_before_the_run_exists_still_leaves_a_crashed_summary(train_cli, t
 
 
 def test_a_bug_before_a_stack_starts_leaves_each_member_a_crashed_summary(tmp_path, make_cfg, monkeypatch):
-    """The same for a stacked group (normlab.cli.run_stacked_jobs): every member's summary.json says crashed."""
-    from normlab.cli import run_stacked_jobs
-    from normlab.sweeps.stacked import StackedJob
+    """The same for a stacked group (normlab.sweeps.stacked.run_stacked_jobs): every member's summary.json says crashed."""
+    from normlab.sweeps.stacked import StackedJob, run_stacked_jobs
     from normlab.train.stacked import run as stacked_run
 
     def bug(self):

@@ -2,7 +2,7 @@
 
 Each figure gets one reading: what it shows for these runs — which variant is highest and which lowest on
 the number the figure is about, by how much, and whether that difference is tested (the report's Welch
-interval at `narrative.LEVEL`, or "untested" without a noise estimate, as everywhere in the report). The
+interval at `estimate.LEVEL`, or "untested" without a noise estimate, as everywhere in the report). The
 number is one per run, so seeds are compared as seeds:
 
 | figure | the number per run |

@@ -8,7 +8,7 @@ the settings every run shares before any number, and says whether the runs had c
 
 - the change of each run's validation loss over the last quarter of its training (from its last evaluation
   at or before 75 % of the steps to its final one), averaged over a variant's seeds with the report's
-  interval (`narrative.LEVEL`, Student's t): **still falling** where the interval lies below 0 and
+  interval (`estimate.LEVEL`, Student's t): **still falling** where the interval lies below 0 and
   reaches past −LEVELLED_NATS, **levelled off** where it lies within ±LEVELLED_NATS, **rising** where it
   lies above 0 and reaches past +LEVELLED_NATS, **undecided** otherwise; one run (or no spread) reads its
   point value, marked untested;
@@ -25,9 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from normlab.analysis.estimate import estimate
+from normlab.analysis.estimate import LEVEL, estimate, fmt_signed
 from normlab.analysis.load import SEED_KEY, RunSet, short_names
-from normlab.analysis.narrative import LEVEL, fmt_signed
 from normlab.analysis.stats import finite, fmt_params
 from normlab.metrics import names
 

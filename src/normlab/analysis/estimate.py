@@ -7,7 +7,7 @@ Student-t quantiles, never the normal ones: with 2–3 seeds, "twice the standar
 15–9 %, not 5 %.
 
 Each report states its confidence level once and formats every interval it shows at that level with
-`fmt_ci` (the interval) or `fmt_estimate` (the value and its interval): report.md (`narrative.LEVEL`,
+`fmt_ci` (the interval) or `fmt_estimate` (the value and its interval): report.md (`LEVEL`,
 two-sided 95 %: it compares variants without a direction claimed in advance) and the findings' REPORT.md
 (`normlab.study.verdicts.CONFIDENCE`, 90 %: the two-sided interval of one-sided 5 % tests of a direction
 a paper claims).
@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+
+LEVEL = 0.95  # the confidence level of every interval in report.md (two-sided: no direction claimed)
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,13 @@ def fmt_estimate(
     value = _number(e.value, digits, significant)
     ci = fmt_ci(e, level, digits, significant=significant)
     return f"{value} {ci}{unit}" if ci else f"{value}{unit} (no noise estimate)"
+
+
+def fmt_signed(x: float, digits: int = 3) -> str:
+    """'+0.200', '-0.031', '0.000' (signed as the intervals are, `fmt_ci`)."""
+    if round(x, digits) == 0:
+        return f"{0:.{digits}f}"
+    return f"{x:+.{digits}f}"
 
 
 def ci_label(level: float) -> str:

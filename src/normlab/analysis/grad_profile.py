@@ -1,6 +1,6 @@
 """The gradient profile at initialisation read against Xiong et al. (2020, Thm. 1 and Fig. 3): Post-LN's
 per-block gradient grows towards the output, Pre-LN's stays about level. Each variant's block L−1 / block 0
-ratio at step 0, one per run, is read on log values with the report's interval (`narrative.LEVEL`):
+ratio at step 0, one per run, is read on log values with the report's interval (`estimate.LEVEL`):
 
 - rises / falls / level where the interval lies wholly beyond / within ±LEVEL_BAND (×1.25);
 - `falls_some` / `rises_some` where it lies wholly below / above 1× but reaches into the band: the direction

@@ -30,26 +30,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from normlab.analysis import conditions
 from normlab.analysis.causes import cause_lines
-from normlab.analysis.estimate import Estimate, ci_label, difference, fmt_ci
+from normlab.analysis.estimate import LEVEL, Estimate, ci_label, difference, fmt_ci, fmt_signed
 from normlab.analysis.load import RunSet, short_names
 from normlab.analysis.stats import finite, learned_flags
 
 METRIC = "final_val_loss"
 METRIC_TEXT = "final validation loss"
 UNIT = "nats"
-LEVEL = 0.95  # the confidence level of every interval in report.md (two-sided: no direction claimed)
 CI_LABEL = ci_label(LEVEL)
 
 
 # ------------------------------------------------------------------------------------------ formatting
-
-
-def fmt_signed(x: float, digits: int = 3) -> str:
-    """'+0.200', '-0.031', '0.000' (signed as the intervals are, `estimate.fmt_ci`)."""
-    if round(x, digits) == 0:
-        return f"{0:.{digits}f}"
-    return f"{x:+.{digits}f}"
 
 
 def fmt_interval(c: Comparison, digits: int = 3) -> str:
@@ -439,8 +432,6 @@ def warnings(rs: RunSet, metric: str = METRIC) -> list[str]:
 def report_sentences(rs: RunSet, metric: str = METRIC) -> dict[str, list[str]]:
     """Everything the report says in words: {"warnings", "conditions", "summary", "effects"} (each a list
     of sentences); "conditions": the settings the runs share and whether they had converged."""
-    from normlab.analysis import conditions  # it reads this module's LEVEL
-
     return {
         "warnings": warnings(rs, metric),
         "conditions": conditions.sentences(rs),

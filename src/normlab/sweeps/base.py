@@ -26,9 +26,11 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from normlab.commands import sweep_command
+from normlab.job import JobFailed
 from normlab.sweep_progress import mark_done
 from normlab.sweeps.ending import job_ending, report_end
 from normlab.sweeps.jobs import Job, SweepJobs, plan_jobs, summary_of
+from normlab.sweeps.results import clear_dead_results
 from normlab.sweeps.stop import say
 from normlab.train.run_dir import RESUME, START
 
@@ -70,8 +72,6 @@ class SweepLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep = plan_jobs(self.hydra_context, self.config, job_overrides, initial_job_idx)
         sweep.sweep_dir.mkdir(parents=True, exist_ok=True)
-        from normlab.sweeps.pool import clear_dead_results  # here: pool imports this module
-
         for folder in clear_dead_results(sweep.sweep_dir):
             log.info("removed %s, left by a sweep whose process was killed", folder)
         self._announce(sweep)
@@ -121,8 +121,6 @@ def print_crash(ret: JobReturn | None) -> None:
     """A crashed job's traceback on stderr, as a single run prints it (a failed one said its sentence)."""
     if ret is None or ret.status != JobStatus.FAILED:
         return
-    from normlab.cli import JobFailed
-
     if not isinstance(ret._return_value, JobFailed):
         traceback.print_exception(ret._return_value)
 

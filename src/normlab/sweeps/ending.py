@@ -24,6 +24,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
+from normlab.job import JobFailed
 from normlab.sweeps.jobs import Job, summary_of
 from normlab.sweeps.stop import say
 from normlab.train.signals import exit_code, signal_name
@@ -62,8 +63,6 @@ def run_dir_of(job: Job, ret: JobReturn | None) -> Path | None:
 def job_ending(job: Job, ret: JobReturn | None, launched: bool, died: int | None = None) -> JobEnding:
     """What happened to `job`: its run's summary.json, else the JobReturn's exception (a failure before any
     summary), else — for a process that died without answering — its exit status `died` (-N: signal N)."""
-    from normlab.cli import JobFailed
-
     run_dir = run_dir_of(job, ret)
     summary = summary_of(run_dir)
     status = summary.get("status") if summary else None

@@ -28,7 +28,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -37,40 +36,16 @@ from pathlib import Path
 import cloudpickle
 from hydra.core.singleton import Singleton
 
-from normlab.sweeps import watchdog
 from normlab.sweeps.base import Ran, SweepLauncher
 from normlab.sweeps.jobs import Job
 from normlab.sweeps.live import SweepTicker
+from normlab.sweeps.results import results_folder
 from normlab.sweeps.stop import SweepStop, send
 from normlab.train.signals import STOP_SIGNALS
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05
-RESULTS_PREFIX = ".results-"  # the folder of a sweep directory through which its jobs answer the parent
-
-
-def results_folder(sweep_dir: Path) -> Path:
-    """A new folder in `sweep_dir` for this process's jobs to answer through, named after this process (its
-    pid and start time: `clear_dead_results` tells a dead parent's from a live one's)."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    me = os.getpid()
-    return Path(tempfile.mkdtemp(prefix=f"{RESULTS_PREFIX}{me}-{watchdog.start_time(me)}-", dir=sweep_dir))
-
-
-def clear_dead_results(sweep_dir: Path) -> list[Path]:
-    """Remove the results folders of sweep parents that are gone (SIGKILL, power loss); returns them."""
-    removed = []
-    if not sweep_dir.is_dir():
-        return removed
-    for folder in sweep_dir.glob(f"{RESULTS_PREFIX}*"):
-        pid, _, rest = folder.name.removeprefix(RESULTS_PREFIX).partition("-")
-        started = rest.split("-", 1)[0]
-        if not pid.isdigit() or watchdog.alive(int(pid), None if started == "None" else started):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        removed.append(folder)
-    return removed
 
 
 def effective_n_jobs(n_jobs: int) -> int:

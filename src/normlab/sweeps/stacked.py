@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ from hydra.core.utils import JobReturn, run_job
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from normlab import requeue
+from normlab.errors import UserError
+from normlab.job import JobFailed, command_to_resume, crash_recorded, job_outcome, sweep_group
 from normlab.sweeps.jobs import Job, _hydra_config_kept, job_config
 from normlab.sweeps.pool import LocalPoolLauncher
 
@@ -232,8 +236,6 @@ def run_group(
 ) -> dict[int, JobReturn | None]:
     """Set each job up as Hydra's launchers do (its directory, `.hydra/`, callbacks: `run_job`), nested, and
     train them as one stack in the innermost; returns each job's JobReturn."""
-    from normlab.cli import run_stacked_jobs, sweep_group
-
     members: list[StackedJob] = []
     outcomes: dict[int, Any] = {}
     returns: dict[int, JobReturn | None] = {}
@@ -279,6 +281,51 @@ def run_group(
 
     level(0)
     return returns
+
+
+def run_stacked_jobs(jobs: Sequence[StackedJob], threads: int | None = None) -> list[Any]:
+    """Run the jobs of a stacked group as one stack; returns, per job, what a job alone would return for it
+    (normlab.job.job_outcome), or the exception it would raise."""
+    from normlab.train.stacked.run import MemberRun, StackedRun
+
+    try:
+        stop = requeue.stop_request()
+        members = [
+            MemberRun(
+                job.cfg,
+                job.run_dir,
+                group=job.wandb_group,
+                stop=stop,
+                resume_command=lambda run_dir, resume, o=job.overrides: command_to_resume(o, run_dir, resume),
+                as_job=job.as_job,
+                side_by_side=True,  # several runs in one process: progress lines, no bars
+            )
+            for job in jobs
+        ]
+        requested = jobs[0].cfg.train.num_threads
+        summaries = StackedRun(members, stop, requested if isinstance(requested, int) else threads).execute()
+    except Exception as e:  # a bug before the members' runs could record it: each job's summary says so
+        for job in jobs:
+            with contextlib.suppress(Exception), crash_recorded(job.cfg, job.run_dir):
+                raise e
+        e.normlab_crash = True  # type: ignore[attr-defined]
+        return [e for _ in jobs]
+    outcomes: list[Any] = []
+    for member, summary in zip(members, summaries, strict=True):
+        if summary is None or member.error is not None:
+            error = member.error or UserError("the run directory could not be used")
+            if not isinstance(error, UserError):
+                error.normlab_crash = True  # type: ignore[attr-defined]
+            else:
+                print(f"error: {error}", file=sys.stderr)
+                error = JobFailed(str(error))
+            outcomes.append(error)
+            continue
+        try:
+            outcomes.append(job_outcome(summary, member.run_dir, multirun=True))
+        except JobFailed as e:
+            outcomes.append(e)
+    return outcomes
 
 
 @contextlib.contextmanager

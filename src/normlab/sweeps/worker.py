@@ -33,9 +33,16 @@ from normlab.sweeps.jobs import job_config
 from normlab.train.signals import STOP_SIGNALS, Interrupted, StopRequest
 
 
-def run(payload: bytes) -> dict[int, JobReturn | None]:
+def decode(payload: bytes) -> tuple[Any, Any, Any, Any, list[tuple[int, list[str]]], bool]:
+    """The pickled jobs: Hydra's context, the sweep's config, the task function (unpickling it imports its
+    module: train.py's is normlab.cli's), Hydra's global state, the jobs, whether they are a stack."""
     common, jobs, stacked = cloudpickle.loads(payload)
     context, config, task_function, singletons = cloudpickle.loads(common)
+    return context, config, task_function, singletons, jobs, stacked
+
+
+def run(decoded: tuple[Any, Any, Any, Any, list[tuple[int, list[str]]], bool]) -> dict[int, JobReturn | None]:
+    context, config, task_function, singletons, jobs, stacked = decoded
     setup_globals()
     Singleton.set_state(singletons)
     if stacked:
@@ -75,12 +82,12 @@ def main(argv: list[str] | None = None) -> None:
     payload = sys.stdin.buffer.read()
     # everything the job imports, while the stop signals are still blocked: a signal that interrupted an
     # import half-way would leave a module half-initialised (a pending one is delivered below, cleanly)
-    import normlab.cli  # noqa: F401
     import normlab.sweeps.stacked  # noqa: F401
     import normlab.train.run  # noqa: F401
     import normlab.train.stacked.run  # noqa: F401
 
-    if os.getppid() != parent or not payload:  # the sweep's parent is gone already: nothing to run
+    decoded = decode(payload) if payload else None  # imports the task function's module (normlab.cli)
+    if os.getppid() != parent or decoded is None:  # the sweep's parent is gone already: nothing to run
         return
     ret: dict[int, JobReturn | None] = {}
     parent_started = watchdog.start_time(parent)
@@ -88,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         watchdog.watch(parent, parent_started)
         try:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-            ret = run(payload)
+            ret = run(decoded)
         except (Interrupted, KeyboardInterrupt):
             ret = {}
     for s in STOP_SIGNALS:  # the job is over: a late signal must not cut the result short

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from normlab.train.run_dir import METRICS_FILE
+METRICS_FILE = "metrics.jsonl"  # a run directory's rows, one JSON object per line (normlab.metrics.sinks)
 
 
 def training_steps(directory: Path) -> list[int]:

@@ -47,11 +47,11 @@ from normlab.commands import hydra_value
 from normlab.errors import UserError
 from normlab.io import remove_stale_temps
 from normlab.summary import SUMMARY_FILE
+from normlab.train.logged_rows import METRICS_FILE, continuable, rows_cover, training_losses
 
 log = logging.getLogger("normlab")
 
 LOCK_FILE = ".run.lock"
-METRICS_FILE = "metrics.jsonl"
 SAMPLE_FILE = "sample.txt"
 # OSErrors that mean "the disk", not a bug: full, over quota, read-only, gone
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
@@ -324,8 +324,6 @@ def plan(directory: Path, max_steps: int | None, *, check_lock: bool = True) -> 
         )
     if status is None and not holds_results(directory):
         return Plan(START, "not started yet: starting it", status=None)
-    from normlab.train.logged_rows import continuable, rows_cover, training_losses
-
     losses = training_losses(directory)
     logged = list(losses)
     covered = rows_cover(logged)
