@@ -71,8 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--stacked-bit-identical",
         action="store_true",
-        help="--launcher stacked: require every job bit-identical (once issue 39 point 8, restacking, is in); "
-        "without it a job equal within float tolerance only is counted apart",
+        help="--launcher stacked: require every job bit-identical, also a member a fault sent to a stack of its "
+        "own; without it a job equal within float tolerance only is counted apart",
     )
     p.add_argument(
         "--launcher",

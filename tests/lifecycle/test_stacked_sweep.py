@@ -264,8 +264,8 @@ def test_soak_of_a_stacked_sweep(tmp_path, cache_dir):
     # the 4 faults in the sweep, then the pairs of single runs started together (concurrent_runs) and the
     # signals just after a run and the sweep ended (after_end)
     assert result.survived == len(result.faults) == 4 + spec.concurrent_runs + spec.after_end
-    # bit for bit, but for jobs a file fault sent to another step than their stack's: within float
-    # tolerance until issue 39 point 8 (restacking) is in (SoakSpec.stacked_bit_identical)
+    # bit for bit, but for jobs a file fault sent to another step than their stack's: those train in a stack
+    # of their own, within float tolerance (SoakSpec.stacked_bit_identical)
     assert result.steps_lost == 0 and result.equal + result.within_tolerance == 3
 
 
@@ -274,8 +274,8 @@ def test_soak_of_a_stacked_sweep_with_history_splices_and_damaged_data(tmp_path,
     """Issue 39's faults on the stacked launcher: a member rewound into another history (its new last.pt
     cut short), a member's newest checkpoint with damaged tensor data. Nothing lost, nothing mixed; every
     job equal to the uninterrupted sweep — bit for bit where its stack resumed whole, within float
-    tolerance where a fault sent one member to another step (issue 39 point 8: restacking, switched on by
-    SoakSpec.stacked_bit_identical once merged)."""
+    tolerance where a fault sent one member to another step (it trains in a stack of its own; a stack that
+    resumes whole is restacked as it was: issue 39 point 8)."""
     from soak.spec import DAMAGED_DATA, HISTORY_SPLICE
 
     spec = SoakSpec(

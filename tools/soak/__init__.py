@@ -36,12 +36,12 @@ file system grown — finish from its printed continue command bit-identical to 
 invocation's job directories are also checked for mislabelled configs (a job whose `.hydra/config.yaml` or
 summary.json says another seed than its overrides).
 
-`--launcher stacked` takes every fault too. Until issue 39's point 8 (restacking on continue, another
-engineer's) is merged, a member that a fault sent back to another step than its stack's trains in a stack
-of its own, equal to the uninterrupted member within float tolerance but not bit for bit: such a job is
-counted apart (`within_tolerance`, said in the result line) rather than failing the soak, and the full
-disk is left out. `SoakSpec.stacked_bit_identical` (`--stacked-bit-identical`) switches bit-identity back
-on for stacked soaks once point 8 is in.
+`--launcher stacked` takes every fault too. A continued stacked sweep restacks its stacks as they were
+(issue 39, point 8), so a stack that resumes whole ends bit for bit; a member that a fault sent back to
+another step than its stack's trains in a stack of its own, equal to the uninterrupted member within float
+tolerance but not bit for bit (a stack's batched arithmetic depends on the members it holds): such a job is
+counted apart (`within_tolerance`, said in the result line) rather than failing the soak, and the full disk
+is left out. `SoakSpec.stacked_bit_identical` (`--stacked-bit-identical`) demands bit-identity of every job.
 
 Reported: N, M, faults survived (by kind), steps lost (steps missing from or repeated in the final
 metrics.jsonl files, over all jobs), mislabelled configs, steps recomputed (training steps redone because a

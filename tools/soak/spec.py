@@ -38,11 +38,12 @@ class SoakSpec:
     disk_full: bool = True  # job 0 alone on a small tmpfs (skipped where none can be mounted)
     launcher: str = "joblib"  # hydra/launcher=: joblib (the pool), or stacked (the jobs as one model)
     after_end: int = 2  # signals sent just after a single run, then the finished sweep, ended
-    # Issue 39, point 8 (restacking on continue) is another engineer's: until it is merged, a stacked
-    # member that a file fault sent back to another step than its stack's trains in a stack of its own,
-    # equal to the uninterrupted member within float tolerance (tests/test_stacked.py), not bit for bit. A
-    # stacked soak counts such a job apart (`SoakResult.within_tolerance`) while this is False; switch it
-    # on (and `--stacked-bit-identical`) once point 8 is in, and every job must be bit-identical again.
+    # A continued stacked sweep restacks its stacks as they were (issue 39, point 8), so a stack that resumes
+    # whole continues bit for bit. A member that a file fault sent back to another step than its stack's
+    # (its newest checkpoint damaged, its rows cut short) trains in a stack of its own, and a stack's batched
+    # arithmetic depends on which members it holds: equal to the uninterrupted member within float tolerance
+    # (tests/test_stacked.py), not bit for bit. A stacked soak counts such a job apart
+    # (`SoakResult.within_tolerance`) unless this is True (`--stacked-bit-identical`).
     stacked_bit_identical: bool = False
 
     file_kinds: tuple[str, ...] | None = None  # the file-fault kinds to take in turn (None: every kind)
@@ -56,7 +57,9 @@ class SoakSpec:
         return self.launcher != "stacked" or self.stacked_bit_identical
 
     def with_disk_full(self) -> bool:
-        return self.disk_full and self.bit_identical()  # job 0 alone: bit for bit only with point 8 in
+        return (
+            self.disk_full and self.bit_identical()
+        )  # job 0 alone: a stack of its own, bit for bit only if demanded
 
     overrides: tuple[str, ...] = (
         "model=tiny",
@@ -143,7 +146,7 @@ class SoakResult:
     # file faults planned where no job had written the file yet and no later signal was left to go first
     # (on a loaded machine the faults can all come before a job trains): sent as signals instead
     file_faults_as_signals: int = 0
-    # stacked, before issue 39 point 8: jobs whose rows equal the reference's within float tolerance only
+    # stacked: jobs a fault sent to a stack of their own, whose rows equal the reference's within float tolerance
     within_tolerance: int = 0
 
     @property
@@ -176,8 +179,8 @@ class SoakResult:
             f"{self.spec['steps']} steps, {self.steps_recomputed} steps recomputed after SIGKILLs, {self.equal} "
             f"of {self.spec['jobs']} jobs bit-identical to the uninterrupted sweep"
             + (
-                f" and {self.within_tolerance} equal within float tolerance only (stacked: restacking is issue "
-                "39 point 8)"
+                f" and {self.within_tolerance} equal within float tolerance only (stacked: members a fault sent "
+                "to a stack of their own)"
                 if self.within_tolerance
                 else ""
             )
