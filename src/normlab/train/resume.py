@@ -19,6 +19,10 @@ or `missing_rows`); the run then records it in summary.json (`resume_changes`, `
 the first row it logs (`resume/changed`, `resume/gap`). A refusal of a resume in the run's own directory
 leaves that directory as it was: the command line asks `decide` before Hydra writes anything there
 (normlab.cli.RunDirGuard), and a run refused later (the corpus, known once built) puts its summary back.
+
+A start decides once: `admit` keeps the decision it made with the directory's claim, and the run takes it
+(`decision_for`), loading only the decided checkpoint's tensors; a run no callback admitted (a stack's
+member, a Run built in code) decides itself.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from logging.handlers import BufferingHandler
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +55,7 @@ from normlab.train.run_dir import (
     SKIP,
     START,
     claim_run_dir,
+    claimed,
     continues,
     holds_results,
     plan,
@@ -298,6 +305,9 @@ class Decision:
     changes: list[Change] = field(default_factory=list)
     missing: list[tuple[int, int]] = field(default_factory=list)
     previous: dict[str, Any] | None = None  # the run's summary.json before this resume, when continuing it
+    # what deciding said, held when decided before the run's log was set up (`admit`): the run says it
+    held: list[logging.LogRecord] = field(default_factory=list)
+    loaded: bool = True  # False: `checkpoint` was opened memory-mapped, to check it; the run loads it
 
 
 def _summary(run_dir: Path) -> dict[str, Any] | None:
@@ -351,27 +361,43 @@ def decide(
     return decision
 
 
+@contextlib.contextmanager
+def _held() -> Any:
+    """The normlab log's records kept (yielded list) rather than said, while in the block."""
+    normlab_log, holding = logging.getLogger("normlab"), BufferingHandler(sys.maxsize)
+    level, propagate = normlab_log.level, normlab_log.propagate
+    normlab_log.addHandler(holding)
+    normlab_log.setLevel(logging.INFO)
+    normlab_log.propagate = False
+    try:
+        yield holding.buffer
+    finally:
+        normlab_log.removeHandler(holding)
+        normlab_log.setLevel(level)
+        normlab_log.propagate = propagate
+
+
 def check_before_writing(config: Any, run_dir: Path) -> Decision:
     """For a start that continues the run in `run_dir` (train.resume=auto or a path inside it): every check
     of `decide`, and the corpus against the checkpoint's (its token cache opened, or built as the run would
     build it), made on Hydra's composed `config` before anything is written there, so that a refused resume
     leaves the run — its summary.json, its .hydra/, its train.log — as it was. Returns the decision (a skip:
     the caller keeps Hydra from writing too). Raises as `decide` does (and InvalidConfig for a bad value: a
-    run that is there is not relabelled by a command that cannot run)."""
+    run that is there is not relabelled by a command that cannot run). What deciding says the run says."""
     from omegaconf import OmegaConf
 
     from normlab.config import checked
 
     task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]) if "hydra" in config else config
-    quiet, level = logging.getLogger("normlab"), logging.getLogger("normlab").level
-    quiet.setLevel(logging.ERROR)  # what it would warn about, the run itself says in a moment
-    try:
+    with _held():  # what the check warns about, the run says in a moment (it checks its config itself)
         cfg = checked(task)
-        decision = decide(cfg, run_dir, say=lambda _: None, mmap=True)
-        if decision.checkpoint is not None:
+    with _held() as said:
+        decision = decide(cfg, run_dir, mmap=True)
+    decision.held = said
+    decision.loaded = decision.checkpoint is None
+    if decision.checkpoint is not None:
+        with _held():  # the corpus opened or built: the run says what it does with it
             _check_corpus_now(cfg, decision.checkpoint)
-    finally:
-        quiet.setLevel(level)
     return decision
 
 
@@ -394,11 +420,31 @@ def admit(directory: Path, resume: str | None, config: Any) -> Decision | None:
     one that continues the run already there is checked in full first (`check_before_writing`: its decision
     is returned, None for a run that continues nothing there), and a refusal lets go of the claim. For every
     launcher that writes run directories: the command line's RunDirGuard calls it for `python train.py`."""
-    claim_run_dir(directory, resume)
+    claim = claim_run_dir(directory, resume)
     try:
         if resume and holds_results(directory) and continues(directory, resume):
-            return check_before_writing(config, directory)
+            claim.decision = check_before_writing(config, directory)
+            return claim.decision
     except BaseException:
         unclaim(directory)
         raise
     return None
+
+
+def decision_for(cfg: Mapping[str, Any], run_dir: Path) -> Decision:
+    """What train.resume makes the run in `run_dir` do: the decision `admit` made when it claimed the
+    directory (taken: a run acts on it once), its checkpoint's tensors loaded now; else decided here
+    (`decide`), for a run no callback admitted."""
+    claim = claimed(run_dir)
+    handed = claim.decision if claim is not None else None
+    if claim is not None:
+        claim.decision = None
+    if not isinstance(handed, Decision):
+        return decide(cfg, run_dir)
+    for record in handed.held:  # what deciding said, said now that the run's log is set up
+        if log.isEnabledFor(record.levelno):
+            log.handle(record)
+    if handed.checkpoint is not None and not handed.loaded:
+        handed.checkpoint = checkpoint.find_checkpoint(handed.checkpoint.path)
+        handed.loaded = True
+    return handed

@@ -371,6 +371,9 @@ class RunDirectory:
     def __init__(self, path: Path, subdirs: tuple[str, ...] = (), what: str = "run") -> None:
         self.path, self.subdirs, self.what = path, subdirs, what
         self._lock: FileLock | None = None
+        # what train.resume was decided to do here when the directory was claimed (normlab.train.resume.admit),
+        # kept for the run that adopts the claim to act on, not decide again
+        self.decision: object | None = None
 
     @property
     def held(self) -> bool:

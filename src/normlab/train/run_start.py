@@ -62,7 +62,7 @@ class RunStart:
         # a resume of the run in this directory that is refused leaves it as it was
         self.previous = resumes.previous_summary(self.run_dir, self.train.resume)
         try:
-            self.decision = resumes.decide(self.cfg, self.run_dir)
+            self.decision = resumes.decision_for(self.cfg, self.run_dir)
         except UserError as e:
             raise LeftAsItWas(e) if self.previous is not None else e from None
         if self.decision.skip:
