@@ -74,13 +74,18 @@ def test_the_report_cells_name_the_untested_part_and_each_checks_source():
 PRESET_DEPTHS = (2, 4, 6, 8, 12, 16, 24)
 
 
+def flat_noise(seed, layer, depth):
+    """Seed-to-seed noise on each block that does not cancel between the top and bottom thirds."""
+    return 1 + 0.03 * (seed - 1) * math.sin(1.7 * layer + depth)
+
+
 def xavier_theorem(init, placement, depth, seed, layer):
     """Xiong's theorem under Xavier init (Pre-LN's last block ∝ 1/√L, Post-LN's growing towards the output);
     under GPT-2 init the premise is gone and Pre-LN's last block no longer shrinks with depth."""
     noise = (1 + 0.01 * (seed - 1)) * (1 + 0.02 * (seed - 1) * (layer % 2 - 0.5))
     if placement == "pre":
         shrink = math.sqrt(depth) if init == "xavier" else 1.0
-        return noise / shrink * (1.5 - 0.5 * layer / max(depth - 1, 1))
+        return flat_noise(seed, layer, depth) / shrink * math.exp(0.03 * layer / max(depth - 1, 1))
     return noise * (0.5 + layer / max(depth - 1, 1))
 
 
@@ -202,6 +207,52 @@ def test_xiong_fits_the_depth_exponents_over_the_depths_that_matter(tmp_path):
     every = float(row["b over every depth run (L = 2–24), 90 % CI"].split()[0])
     assert every > -0.25  # the old all-depth fit would have called it reproduced
     assert all("Theorem 1" in c.source or "Fig. 3" in c.source for c in outcome.checks)
+
+
+def pre_ln_tilted(tilt_by_depth):
+    """Xiong's Post-LN and Pre-LN's last block ∝ 1/√L, with Pre-LN's per-block profile falling (tilt < 0)
+    or rising from the first block to the last by exp(tilt_by_depth[L]); by default 0.03, flat within the
+    margin as Fig. 3(a, b) shows."""
+
+    def profile(init, placement, depth, seed, layer):
+        if placement == "post":
+            return xavier_theorem(init, placement, depth, seed, layer)
+        tilt = tilt_by_depth.get(depth, 0.03)
+        return flat_noise(seed, layer, depth) / math.sqrt(depth) * math.exp(tilt * layer / max(depth - 1, 1))
+
+    return profile
+
+
+def test_xiong_counts_pre_lns_flat_profile_as_an_equality(tmp_path):
+    """Issue 37's referee: the Pre-LN half of Fig. 3(a, b) ("the scale almost keeps the same for different
+    layers") is a counted equality check, |log(top/bottom third)| within ±0.1 (TOST), pooled over the
+    depths from 6 only where their signs agree. A flat Pre-LN passes it; one falling towards the output as
+    ours does (−0.4 to −0.85 at L = 6–24) fails it, and with it the finding; mixed signs are tested per
+    depth, never averaged."""
+    cases = {
+        "flat": ({}, REPRODUCED, 1),
+        "falls": ({6: -0.6, 8: -0.8, 12: -1.0, 16: -1.1, 24: -1.2}, NOT_REPRODUCED, 1),
+        "mixed": ({6: 0.6, 8: -0.6, 12: 0.0, 16: 0.0, 24: 0.0}, NOT_REPRODUCED, 5),
+    }
+    for label, (tilts, expected, n_checks) in cases.items():
+        rs = load_runs(
+            grad_profile_sweep(
+                tmp_path / label, pre_ln_tilted(tilts), depths=PRESET_DEPTHS, inits=("xavier",)
+            )
+        )
+        outcome = evaluate("xiong_grad_profile", rs)
+        flat = [c for c in outcome.checks if "stays about the same" in c.name]
+        assert len(flat) == n_checks, (label, verdicts(outcome))
+        assert all(
+            c.kind == "equality" and c.margin == 0.1 and "almost keeps the same" in c.source for c in flat
+        )
+        assert all(c.counts for c in flat)
+        got = INCONCLUSIVE if INCONCLUSIVE in [c.verdict for c in flat] else None
+        got = NOT_REPRODUCED if NOT_REPRODUCED in [c.verdict for c in flat] else got or REPRODUCED
+        assert got == expected, (label, verdicts(outcome))
+        assert outcome.verdict == expected, (label, verdicts(outcome))
+    # the pooled check states the depths it pools; the per-depth ones say why they are apart
+    assert "every depth the same sign" in flat[0].name or "signs differ" in flat[0].name
 
 
 # ------------------------------------------------------------------------------------- finding 5
