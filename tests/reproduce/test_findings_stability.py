@@ -228,22 +228,43 @@ def test_z_loss_is_not_tested_where_nothing_diverges(tmp_path):
     assert [p.met for p in calm.preconditions] == [False, False]
 
 
-def test_z_loss_reports_the_partial_negative_where_log_z_diverged_and_the_loss_did_not_suffer(tmp_path):
-    """Round 3's case: log Z diverges without z-loss (6.9 → 31) but the loss never rises. The log-Z part's
-    premise is met, so it is decided — at the paper's 1e-4 log Z still ends at about half (16.8): not
-    reproduced — while the loss part alone is not tested here."""
+def test_z_loss_premise_is_signed_as_the_paper_states_it_and_an_upward_drift_is_ours(tmp_path):
+    """Issue 37's referee: the paper's divergence is logits that "become very negative" (log Z far below 0);
+    round 3's log Z rose instead (6.9 → 31) while the loss kept falling. The signed premise is not met, so
+    the log-Z part is not tested here (and the loss part too: the finding is not tested here); the upward
+    drift is reported as ours, with z-loss 1e-4 judged against the absolute bound — at 16.8 log Z ends
+    farther from 0 than at step 0: the ours-check is not reproduced, shown and not counted."""
     harmless = zloss_sweep(tmp_path / "d", lambda z, lr: 31.0 if z == 0 else 16.8, lambda z, lr: 3.0)
     outcome = evaluate("wortsman_z_loss", load_runs(harmless))
-    assert [p.met for p in outcome.preconditions] == [True, False]
-    keeps, lower = outcome.checks[:2]
-    assert keeps.verdict == NOT_REPRODUCED and lower.verdict == NOT_TESTED
-    assert outcome.verdict == NOT_REPRODUCED and outcome.in_part == "; check 2 not tested here"
-    assert "did not happen" in outcome.unmet[0].sentence and outcome.unmet[0].part == "check 2, the loss"
+    assert [p.met for p in outcome.preconditions] == [False, False]
+    assert "very negative" in outcome.preconditions[0].name
+    keeps, lower, drift, ours = outcome.checks
+    assert keeps.verdict == NOT_TESTED and lower.verdict == NOT_TESTED and keeps.counts
+    assert outcome.verdict == NOT_TESTED
+    assert not drift.counts and drift.verdict == REPRODUCED and "ours" in drift.name
+    assert not ours.counts and ours.verdict == NOT_REPRODUCED and "ours, not counted" in ours.name
+    assert any("drifted up" in n and "premise did not happen" in n for n in outcome.notes)
     assert "§3.1.2" in keeps.source
-    # the same divergence, with z-loss keeping log Z near 0: the tested part reproduces
+    # the same upward drift with z-loss holding log Z at 0.5: the ours-check is reproduced, still not counted
     kept = zloss_sweep(tmp_path / "e", lambda z, lr: 31.0 if z == 0 else 0.5, lambda z, lr: 3.0)
     outcome = evaluate("wortsman_z_loss", load_runs(kept))
-    assert outcome.verdict == REPRODUCED and outcome.in_part == "; check 2 not tested here"
+    assert outcome.verdict == NOT_TESTED and outcome.checks[3].verdict == REPRODUCED
+
+
+def test_z_loss_near_zero_is_an_absolute_bound_not_a_halving(tmp_path):
+    """With the paper's negative divergence (log Z → −40 without z-loss), halving |log Z| to −20 would have
+    passed round 4's ratio test; "near 0" now needs |log Z| at the end below its step-0 value (≈ ln V):
+    −20 fails it (not reproduced), −2 passes it (reproduced). The loss part is not tested (no rise)."""
+    for end, expected in ((-20.0, NOT_REPRODUCED), (-2.0, REPRODUCED)):
+        sweep = zloss_sweep(
+            tmp_path / f"z{-end:g}", lambda z, lr, e=end: -40.0 if z == 0 else e, lambda z, lr: 3.0
+        )
+        outcome = evaluate("wortsman_z_loss", load_runs(sweep))
+        assert [p.met for p in outcome.preconditions] == [True, False]
+        keeps = outcome.checks[0]
+        assert keeps.verdict == expected, (end, verdicts(outcome))
+        assert outcome.verdict == expected and outcome.in_part == "; check 2 not tested here"
+        assert len(outcome.checks) == 2  # no ours-lines: the drift was the paper's
 
 
 # ------------------------------------------------------------------------ finding 9 (Takase)
