@@ -272,9 +272,9 @@ def test_z_loss_near_zero_is_an_absolute_bound_not_a_halving(tmp_path):
 
 def takase_sweep(root, spiky, grad, seeds=4, steps=200, depth=4, total=None):
     """spiky[scale]: whether the loss curve has jumps; grad[scale]: gradient scale of block 0; total[scale]:
-    the global gradient norm (default: twice block 0's)."""
+    the global gradient norm (default: twice block 0's); the arms are grad's keys."""
     sweep = Sweep(root, "takase_embed_scale")
-    for scale in ("1.0", "sqrt_d"):
+    for scale in grad:
         for seed in range(seeds):
             rng = np.random.default_rng(seed)
             rows = []
@@ -325,6 +325,29 @@ def test_takase_verdicts(tmp_path):
     assert outcome.verdict == NOT_REPRODUCED and "abstract" in outcome.checks[1].source
     same = takase_sweep(tmp_path / "c", {"1.0": True, "sqrt_d": True}, {"1.0": 1.0, "sqrt_d": 1.0})
     assert evaluate("takase_embed_scale", load_runs(same)).verdict == NOT_REPRODUCED
+
+
+def test_takase_counts_the_arm_that_meets_the_papers_condition(tmp_path):
+    """Issue 37's referee: at d_model 64, × √d gives std 0.16, a small shortcut by the paper's own
+    condition; the std-1 arm (× 50) is the claim's test and × √d a scope line, not counted. A crafted
+    effect on the std-1 arm (its gradients small) reproduces even where × √d's are as large as Vanilla's;
+    a crafted null on it (as large as Vanilla's) is not reproduced even where × √d's are small."""
+    spiky = {"1.0": False, "sqrt_d": False, "50": False}
+    effect = takase_sweep(tmp_path / "effect", spiky, {"1.0": 4.0, "sqrt_d": 4.0, "50": 1.0})
+    outcome = evaluate("takase_embed_scale", load_runs(effect))
+    counted = [c for c in outcome.checks if c.counts]
+    assert len(counted) == 3 and all(c.name.startswith("[× 50, std 1] ") for c in counted)
+    assert [c.verdict for c in counted] == [REPRODUCED, REPRODUCED, NOT_TESTED]
+    scope = [c for c in outcome.checks if not c.counts]
+    assert scope and all("scope: × √d gives std 0.16 at d_model 64" in c.name for c in scope)
+    assert scope[0].verdict == NOT_REPRODUCED  # the recipe outside its condition: shown, not counted
+    assert outcome.verdict == REPRODUCED and outcome.notes[0].startswith("Scope: the paper's recipe")
+    rows = {r["embed_scale"]: r["variant"] for r in outcome.table}
+    assert rows["50"].endswith("(std 1; counted)") and rows["sqrt_d"].endswith("(std 0.16)")
+    null = takase_sweep(tmp_path / "null", spiky, {"1.0": 4.0, "sqrt_d": 1.0, "50": 4.0})
+    outcome = evaluate("takase_embed_scale", load_runs(null))
+    assert [c.verdict for c in outcome.checks if c.counts][0] == NOT_REPRODUCED
+    assert outcome.verdict == NOT_REPRODUCED
 
 
 def test_the_spike_null_is_the_maximum_of_n_standard_normals():
