@@ -312,9 +312,16 @@ def test_dyt_is_judged_at_layernorms_tuned_rate_with_its_own_beside_it(tmp_path)
 
     outcome = evaluate("dyt_vs_ln", load_runs(dyt_lr_sweep(tmp_path / "a", parity_at_ln_rate)))
     assert outcome.verdict == REPRODUCED, verdicts(outcome)
-    assert f"at lr {ln_lr:g} (LayerNorm's tuned rate), after 2000 steps" in outcome.checks[0].name
+    assert f"at lr {ln_lr:g} (LayerNorm's tuned rate, the edge of the grid tried), after 2000 steps" in (
+        outcome.checks[0].name
+    )
     assert "mostly without hyperparameter tuning" in outcome.checks[0].source
     assert any(r.get("peak lr", "").endswith("(tuned)") for r in outcome.table)
+    # issue 37's referee: both norms were best at 1e-2, the largest rate tried — the report says the
+    # verdict rests on a tuned rate at the grid's edge, and the next calibration runs above it
+    assert outcome.notes[0].startswith("The tuned rate is the edge of the calibration grid")
+    assert "this verdict rests on that" in outcome.notes[0] and "0.88, 0.37, 0.13" in outcome.notes[0]
+    assert "optim.lr=0.001,0.003,0.01,0.02,0.03" in FINDINGS["dyt_vs_ln"].calibration.overrides
 
     def worse_at_ln_rate(norm, lr):  # DyT 0.3 nats behind at LayerNorm's rate, level at another
         return 2.0 + (0.3 if norm == "dyt" and lr == ln_lr else 0.0)
@@ -324,6 +331,13 @@ def test_dyt_is_judged_at_layernorms_tuned_rate_with_its_own_beside_it(tmp_path)
     if dyt_lr != ln_lr:
         own = outcome.checks[1]
         assert not own.counts and own.verdict in (REPRODUCED, INCONCLUSIVE)
+
+
+def test_a_tuned_rate_is_at_the_grid_edge_only_at_its_ends():
+    from normlab.study.findings.dyt import at_edge
+
+    assert at_edge(1e-2, (1e-3, 3e-3, 1e-2)) and at_edge(1e-3, (1e-3, 3e-3, 1e-2))
+    assert not at_edge(1e-2, (1e-3, 3e-3, 1e-2, 2e-2, 3e-2))
 
 
 def test_every_finding_states_its_claim_as_its_source_does():
