@@ -55,6 +55,16 @@ def test_a_part_whose_premise_did_not_happen_is_untested_and_the_rest_decides():
     assert Outcome.of([shown(1.0)], preconditions=[whole]).verdict == NOT_TESTED
 
 
+def test_an_inconclusive_premise_could_not_be_shown_a_failed_one_did_not_happen():
+    """Issue 37's referee: Peri-LN's premise at 0.116 [0.083, 0.149] against 0.1 was inconclusive, yet the
+    sentence said "did not happen". A premise whose test is inconclusive could not be shown; one whose test
+    is not reproduced did not happen."""
+    weak = Precondition.shown_by(check("Y happens", "x", Estimate(0.116, 0.02, 4, 5), margin=0.1))
+    assert not weak.met and "could not be shown in these runs" in weak.sentence
+    absent = Precondition.shown_by(check("Y happens", "x", Estimate(-0.5, 0.02, 4, 5), margin=0.1))
+    assert "did not happen in these runs" in absent.sentence
+
+
 def test_the_report_cells_name_the_untested_part_and_each_checks_source():
     missing = Precondition.shown_by(shown(0.0, "The loss suffers"), part="check 2, the loss")
     outcome = Outcome.of([shown(-1.0), untested(shown(1.0), "no rise")], preconditions=[missing])

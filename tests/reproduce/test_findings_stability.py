@@ -14,7 +14,7 @@ from reproduce_crafted import UNIGRAM, Sweep
 
 from normlab.analysis import load_runs
 from normlab.metrics import names
-from normlab.study.findings import evaluate
+from normlab.study.findings import FINDINGS, evaluate
 from normlab.study.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REPRODUCED, SETUP_FAILED
 
 # ----------------------------------------------------------------------- finding 3 (DeepNet)
@@ -96,6 +96,26 @@ def test_deepnet_judges_the_early_update_at_equal_learning_rates_not_on_the_ramp
     )
     update = evaluate("deepnet_model_update", load_runs(ramped)).checks[0]
     assert update.verdict == INCONCLUSIVE and "ramp" in update.note
+
+
+def test_deepnet_says_when_pre_lns_early_update_is_as_large_as_post_lns(tmp_path):
+    """Issue 37's referee: at depth 24 / d64 Pre-LN's early update is as large as Post-LN's (≈ 53 vs 53), so
+    no Post-LN-specific explosion shows; the report says so (ours), and that Fig. 5 is a depth trend where
+    the preset tests one depth. Where Post-LN's is 16× Pre-LN's, the note gives the ratio and does not say
+    they are alike."""
+    alike = deepnet_sweep(
+        tmp_path / "a", {"pre": 53, "post": 53, "deep": 45}, {"pre": 3, "post": 5.75, "deep": 3}
+    )
+    notes = evaluate("deepnet_model_update", load_runs(alike)).notes
+    assert any("Pre-LN's early update is as large as Post-LN's here" in n and "×1.00" in n for n in notes)
+    assert any("Fig. 5 is a trend over depth" in n and "one depth (24)" in n for n in notes)
+    apart = deepnet_sweep(
+        tmp_path / "b", {"pre": 5, "post": 80, "deep": 5}, {"pre": 3, "post": 5.75, "deep": 3}
+    )
+    notes = evaluate("deepnet_model_update", load_runs(apart)).notes
+    line = next(n for n in notes if n.startswith("Against the Pre-LN control"))
+    assert "×16.00" in line and "as large as" not in line
+    assert "Post-LN-init" in FINDINGS["deepnet_model_update"].evaluate.__globals__["STALL_SOURCE"]
 
 
 def test_deepnet_needs_every_early_step_measured(tmp_path):
