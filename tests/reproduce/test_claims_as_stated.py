@@ -55,6 +55,16 @@ def test_a_part_whose_premise_did_not_happen_is_untested_and_the_rest_decides():
     assert Outcome.of([shown(1.0)], preconditions=[whole]).verdict == NOT_TESTED
 
 
+def test_an_inconclusive_premise_could_not_be_shown_a_failed_one_did_not_happen():
+    """Issue 37's referee: Peri-LN's premise at 0.116 [0.083, 0.149] against 0.1 was inconclusive, yet the
+    sentence said "did not happen". A premise whose test is inconclusive could not be shown; one whose test
+    is not reproduced did not happen."""
+    weak = Precondition.shown_by(check("Y happens", "x", Estimate(0.116, 0.02, 4, 5), margin=0.1))
+    assert not weak.met and "could not be shown in these runs" in weak.sentence
+    absent = Precondition.shown_by(check("Y happens", "x", Estimate(-0.5, 0.02, 4, 5), margin=0.1))
+    assert "did not happen in these runs" in absent.sentence
+
+
 def test_the_report_cells_name_the_untested_part_and_each_checks_source():
     missing = Precondition.shown_by(shown(0.0, "The loss suffers"), part="check 2, the loss")
     outcome = Outcome.of([shown(-1.0), untested(shown(1.0), "no rise")], preconditions=[missing])
@@ -74,13 +84,18 @@ def test_the_report_cells_name_the_untested_part_and_each_checks_source():
 PRESET_DEPTHS = (2, 4, 6, 8, 12, 16, 24)
 
 
+def flat_noise(seed, layer, depth):
+    """Seed-to-seed noise on each block that does not cancel between the top and bottom thirds."""
+    return 1 + 0.03 * (seed - 1) * math.sin(1.7 * layer + depth)
+
+
 def xavier_theorem(init, placement, depth, seed, layer):
     """Xiong's theorem under Xavier init (Pre-LN's last block ∝ 1/√L, Post-LN's growing towards the output);
     under GPT-2 init the premise is gone and Pre-LN's last block no longer shrinks with depth."""
     noise = (1 + 0.01 * (seed - 1)) * (1 + 0.02 * (seed - 1) * (layer % 2 - 0.5))
     if placement == "pre":
         shrink = math.sqrt(depth) if init == "xavier" else 1.0
-        return noise / shrink * (1.5 - 0.5 * layer / max(depth - 1, 1))
+        return flat_noise(seed, layer, depth) / shrink * math.exp(0.03 * layer / max(depth - 1, 1))
     return noise * (0.5 + layer / max(depth - 1, 1))
 
 
@@ -204,6 +219,52 @@ def test_xiong_fits_the_depth_exponents_over_the_depths_that_matter(tmp_path):
     assert all("Theorem 1" in c.source or "Fig. 3" in c.source for c in outcome.checks)
 
 
+def pre_ln_tilted(tilt_by_depth):
+    """Xiong's Post-LN and Pre-LN's last block ∝ 1/√L, with Pre-LN's per-block profile falling (tilt < 0)
+    or rising from the first block to the last by exp(tilt_by_depth[L]); by default 0.03, flat within the
+    margin as Fig. 3(a, b) shows."""
+
+    def profile(init, placement, depth, seed, layer):
+        if placement == "post":
+            return xavier_theorem(init, placement, depth, seed, layer)
+        tilt = tilt_by_depth.get(depth, 0.03)
+        return flat_noise(seed, layer, depth) / math.sqrt(depth) * math.exp(tilt * layer / max(depth - 1, 1))
+
+    return profile
+
+
+def test_xiong_counts_pre_lns_flat_profile_as_an_equality(tmp_path):
+    """Issue 37's referee: the Pre-LN half of Fig. 3(a, b) ("the scale almost keeps the same for different
+    layers") is a counted equality check, |log(top/bottom third)| within ±0.1 (TOST), pooled over the
+    depths from 6 only where their signs agree. A flat Pre-LN passes it; one falling towards the output as
+    ours does (−0.4 to −0.85 at L = 6–24) fails it, and with it the finding; mixed signs are tested per
+    depth, never averaged."""
+    cases = {
+        "flat": ({}, REPRODUCED, 1),
+        "falls": ({6: -0.6, 8: -0.8, 12: -1.0, 16: -1.1, 24: -1.2}, NOT_REPRODUCED, 1),
+        "mixed": ({6: 0.6, 8: -0.6, 12: 0.0, 16: 0.0, 24: 0.0}, NOT_REPRODUCED, 5),
+    }
+    for label, (tilts, expected, n_checks) in cases.items():
+        rs = load_runs(
+            grad_profile_sweep(
+                tmp_path / label, pre_ln_tilted(tilts), depths=PRESET_DEPTHS, inits=("xavier",)
+            )
+        )
+        outcome = evaluate("xiong_grad_profile", rs)
+        flat = [c for c in outcome.checks if "stays about the same" in c.name]
+        assert len(flat) == n_checks, (label, verdicts(outcome))
+        assert all(
+            c.kind == "equality" and c.margin == 0.1 and "almost keeps the same" in c.source for c in flat
+        )
+        assert all(c.counts for c in flat)
+        got = INCONCLUSIVE if INCONCLUSIVE in [c.verdict for c in flat] else None
+        got = NOT_REPRODUCED if NOT_REPRODUCED in [c.verdict for c in flat] else got or REPRODUCED
+        assert got == expected, (label, verdicts(outcome))
+        assert outcome.verdict == expected, (label, verdicts(outcome))
+    # the pooled check states the depths it pools; the per-depth ones say why they are apart
+    assert "every depth the same sign" in flat[0].name or "signs differ" in flat[0].name
+
+
 # ------------------------------------------------------------------------------------- finding 5
 
 
@@ -261,9 +322,16 @@ def test_dyt_is_judged_at_layernorms_tuned_rate_with_its_own_beside_it(tmp_path)
 
     outcome = evaluate("dyt_vs_ln", load_runs(dyt_lr_sweep(tmp_path / "a", parity_at_ln_rate)))
     assert outcome.verdict == REPRODUCED, verdicts(outcome)
-    assert f"at lr {ln_lr:g} (LayerNorm's tuned rate), after 2000 steps" in outcome.checks[0].name
+    assert f"at lr {ln_lr:g} (LayerNorm's tuned rate, the edge of the grid tried), after 2000 steps" in (
+        outcome.checks[0].name
+    )
     assert "mostly without hyperparameter tuning" in outcome.checks[0].source
     assert any(r.get("peak lr", "").endswith("(tuned)") for r in outcome.table)
+    # issue 37's referee: both norms were best at 1e-2, the largest rate tried — the report says the
+    # verdict rests on a tuned rate at the grid's edge, and the next calibration runs above it
+    assert outcome.notes[0].startswith("The tuned rate is the edge of the calibration grid")
+    assert "this verdict rests on that" in outcome.notes[0] and "0.88, 0.37, 0.13" in outcome.notes[0]
+    assert "optim.lr=0.001,0.003,0.01,0.02,0.03" in FINDINGS["dyt_vs_ln"].calibration.overrides
 
     def worse_at_ln_rate(norm, lr):  # DyT 0.3 nats behind at LayerNorm's rate, level at another
         return 2.0 + (0.3 if norm == "dyt" and lr == ln_lr else 0.0)
@@ -273,6 +341,13 @@ def test_dyt_is_judged_at_layernorms_tuned_rate_with_its_own_beside_it(tmp_path)
     if dyt_lr != ln_lr:
         own = outcome.checks[1]
         assert not own.counts and own.verdict in (REPRODUCED, INCONCLUSIVE)
+
+
+def test_a_tuned_rate_is_at_the_grid_edge_only_at_its_ends():
+    from normlab.study.findings.dyt import at_edge
+
+    assert at_edge(1e-2, (1e-3, 3e-3, 1e-2)) and at_edge(1e-3, (1e-3, 3e-3, 1e-2))
+    assert not at_edge(1e-2, (1e-3, 3e-3, 1e-2, 2e-2, 3e-2))
 
 
 def test_every_finding_states_its_claim_as_its_source_does():

@@ -14,7 +14,7 @@ from reproduce_crafted import UNIGRAM, Sweep
 
 from normlab.analysis import load_runs
 from normlab.metrics import names
-from normlab.study.findings import evaluate
+from normlab.study.findings import FINDINGS, evaluate
 from normlab.study.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REPRODUCED, SETUP_FAILED
 
 # ----------------------------------------------------------------------- finding 3 (DeepNet)
@@ -96,6 +96,26 @@ def test_deepnet_judges_the_early_update_at_equal_learning_rates_not_on_the_ramp
     )
     update = evaluate("deepnet_model_update", load_runs(ramped)).checks[0]
     assert update.verdict == INCONCLUSIVE and "ramp" in update.note
+
+
+def test_deepnet_says_when_pre_lns_early_update_is_as_large_as_post_lns(tmp_path):
+    """Issue 37's referee: at depth 24 / d64 Pre-LN's early update is as large as Post-LN's (≈ 53 vs 53), so
+    no Post-LN-specific explosion shows; the report says so (ours), and that Fig. 5 is a depth trend where
+    the preset tests one depth. Where Post-LN's is 16× Pre-LN's, the note gives the ratio and does not say
+    they are alike."""
+    alike = deepnet_sweep(
+        tmp_path / "a", {"pre": 53, "post": 53, "deep": 45}, {"pre": 3, "post": 5.75, "deep": 3}
+    )
+    notes = evaluate("deepnet_model_update", load_runs(alike)).notes
+    assert any("Pre-LN's early update is as large as Post-LN's here" in n and "×1.00" in n for n in notes)
+    assert any("Fig. 5 is a trend over depth" in n and "one depth (24)" in n for n in notes)
+    apart = deepnet_sweep(
+        tmp_path / "b", {"pre": 5, "post": 80, "deep": 5}, {"pre": 3, "post": 5.75, "deep": 3}
+    )
+    notes = evaluate("deepnet_model_update", load_runs(apart)).notes
+    line = next(n for n in notes if n.startswith("Against the Pre-LN control"))
+    assert "×16.00" in line and "as large as" not in line
+    assert "Post-LN-init" in FINDINGS["deepnet_model_update"].evaluate.__globals__["STALL_SOURCE"]
 
 
 def test_deepnet_needs_every_early_step_measured(tmp_path):
@@ -228,22 +248,43 @@ def test_z_loss_is_not_tested_where_nothing_diverges(tmp_path):
     assert [p.met for p in calm.preconditions] == [False, False]
 
 
-def test_z_loss_reports_the_partial_negative_where_log_z_diverged_and_the_loss_did_not_suffer(tmp_path):
-    """Round 3's case: log Z diverges without z-loss (6.9 → 31) but the loss never rises. The log-Z part's
-    premise is met, so it is decided — at the paper's 1e-4 log Z still ends at about half (16.8): not
-    reproduced — while the loss part alone is not tested here."""
+def test_z_loss_premise_is_signed_as_the_paper_states_it_and_an_upward_drift_is_ours(tmp_path):
+    """Issue 37's referee: the paper's divergence is logits that "become very negative" (log Z far below 0);
+    round 3's log Z rose instead (6.9 → 31) while the loss kept falling. The signed premise is not met, so
+    the log-Z part is not tested here (and the loss part too: the finding is not tested here); the upward
+    drift is reported as ours, with z-loss 1e-4 judged against the absolute bound — at 16.8 log Z ends
+    farther from 0 than at step 0: the ours-check is not reproduced, shown and not counted."""
     harmless = zloss_sweep(tmp_path / "d", lambda z, lr: 31.0 if z == 0 else 16.8, lambda z, lr: 3.0)
     outcome = evaluate("wortsman_z_loss", load_runs(harmless))
-    assert [p.met for p in outcome.preconditions] == [True, False]
-    keeps, lower = outcome.checks[:2]
-    assert keeps.verdict == NOT_REPRODUCED and lower.verdict == NOT_TESTED
-    assert outcome.verdict == NOT_REPRODUCED and outcome.in_part == "; check 2 not tested here"
-    assert "did not happen" in outcome.unmet[0].sentence and outcome.unmet[0].part == "check 2, the loss"
+    assert [p.met for p in outcome.preconditions] == [False, False]
+    assert "very negative" in outcome.preconditions[0].name
+    keeps, lower, drift, ours = outcome.checks
+    assert keeps.verdict == NOT_TESTED and lower.verdict == NOT_TESTED and keeps.counts
+    assert outcome.verdict == NOT_TESTED
+    assert not drift.counts and drift.verdict == REPRODUCED and "ours" in drift.name
+    assert not ours.counts and ours.verdict == NOT_REPRODUCED and "ours, not counted" in ours.name
+    assert any("drifted up" in n and "premise did not happen" in n for n in outcome.notes)
     assert "§3.1.2" in keeps.source
-    # the same divergence, with z-loss keeping log Z near 0: the tested part reproduces
+    # the same upward drift with z-loss holding log Z at 0.5: the ours-check is reproduced, still not counted
     kept = zloss_sweep(tmp_path / "e", lambda z, lr: 31.0 if z == 0 else 0.5, lambda z, lr: 3.0)
     outcome = evaluate("wortsman_z_loss", load_runs(kept))
-    assert outcome.verdict == REPRODUCED and outcome.in_part == "; check 2 not tested here"
+    assert outcome.verdict == NOT_TESTED and outcome.checks[3].verdict == REPRODUCED
+
+
+def test_z_loss_near_zero_is_an_absolute_bound_not_a_halving(tmp_path):
+    """With the paper's negative divergence (log Z → −40 without z-loss), halving |log Z| to −20 would have
+    passed round 4's ratio test; "near 0" now needs |log Z| at the end below its step-0 value (≈ ln V):
+    −20 fails it (not reproduced), −2 passes it (reproduced). The loss part is not tested (no rise)."""
+    for end, expected in ((-20.0, NOT_REPRODUCED), (-2.0, REPRODUCED)):
+        sweep = zloss_sweep(
+            tmp_path / f"z{-end:g}", lambda z, lr, e=end: -40.0 if z == 0 else e, lambda z, lr: 3.0
+        )
+        outcome = evaluate("wortsman_z_loss", load_runs(sweep))
+        assert [p.met for p in outcome.preconditions] == [True, False]
+        keeps = outcome.checks[0]
+        assert keeps.verdict == expected, (end, verdicts(outcome))
+        assert outcome.verdict == expected and outcome.in_part == "; check 2 not tested here"
+        assert len(outcome.checks) == 2  # no ours-lines: the drift was the paper's
 
 
 # ------------------------------------------------------------------------ finding 9 (Takase)
@@ -251,9 +292,9 @@ def test_z_loss_reports_the_partial_negative_where_log_z_diverged_and_the_loss_d
 
 def takase_sweep(root, spiky, grad, seeds=4, steps=200, depth=4, total=None):
     """spiky[scale]: whether the loss curve has jumps; grad[scale]: gradient scale of block 0; total[scale]:
-    the global gradient norm (default: twice block 0's)."""
+    the global gradient norm (default: twice block 0's); the arms are grad's keys."""
     sweep = Sweep(root, "takase_embed_scale")
-    for scale in ("1.0", "sqrt_d"):
+    for scale in grad:
         for seed in range(seeds):
             rng = np.random.default_rng(seed)
             rows = []
@@ -304,6 +345,29 @@ def test_takase_verdicts(tmp_path):
     assert outcome.verdict == NOT_REPRODUCED and "abstract" in outcome.checks[1].source
     same = takase_sweep(tmp_path / "c", {"1.0": True, "sqrt_d": True}, {"1.0": 1.0, "sqrt_d": 1.0})
     assert evaluate("takase_embed_scale", load_runs(same)).verdict == NOT_REPRODUCED
+
+
+def test_takase_counts_the_arm_that_meets_the_papers_condition(tmp_path):
+    """Issue 37's referee: at d_model 64, × √d gives std 0.16, a small shortcut by the paper's own
+    condition; the std-1 arm (× 50) is the claim's test and × √d a scope line, not counted. A crafted
+    effect on the std-1 arm (its gradients small) reproduces even where × √d's are as large as Vanilla's;
+    a crafted null on it (as large as Vanilla's) is not reproduced even where × √d's are small."""
+    spiky = {"1.0": False, "sqrt_d": False, "50": False}
+    effect = takase_sweep(tmp_path / "effect", spiky, {"1.0": 4.0, "sqrt_d": 4.0, "50": 1.0})
+    outcome = evaluate("takase_embed_scale", load_runs(effect))
+    counted = [c for c in outcome.checks if c.counts]
+    assert len(counted) == 3 and all(c.name.startswith("[× 50, std 1] ") for c in counted)
+    assert [c.verdict for c in counted] == [REPRODUCED, REPRODUCED, NOT_TESTED]
+    scope = [c for c in outcome.checks if not c.counts]
+    assert scope and all("scope: × √d gives std 0.16 at d_model 64" in c.name for c in scope)
+    assert scope[0].verdict == NOT_REPRODUCED  # the recipe outside its condition: shown, not counted
+    assert outcome.verdict == REPRODUCED and outcome.notes[0].startswith("Scope: the paper's recipe")
+    rows = {r["embed_scale"]: r["variant"] for r in outcome.table}
+    assert rows["50"].endswith("(std 1; counted)") and rows["sqrt_d"].endswith("(std 0.16)")
+    null = takase_sweep(tmp_path / "null", spiky, {"1.0": 4.0, "sqrt_d": 1.0, "50": 4.0})
+    outcome = evaluate("takase_embed_scale", load_runs(null))
+    assert [c.verdict for c in outcome.checks if c.counts][0] == NOT_REPRODUCED
+    assert outcome.verdict == NOT_REPRODUCED
 
 
 def test_the_spike_null_is_the_maximum_of_n_standard_normals():

@@ -40,7 +40,7 @@ def test_an_unmet_precondition_makes_the_finding_not_tested_whatever_its_checks_
     outcome = Outcome.of([claim], preconditions=[missing])
     assert outcome.verdict == NOT_TESTED
     assert not missing.met and missing.sentence.endswith("Run longer.")
-    assert "did not happen" in missing.sentence and "precondition" in outcome.parts
+    assert "could not be shown" in missing.sentence and "precondition" in outcome.parts  # inconclusive
 
 
 def test_a_met_precondition_lets_the_checks_decide():
@@ -67,14 +67,15 @@ def test_setup_failure_comes_before_a_missing_precondition():
 
 
 def warmup_losses(post_without: list[float], seeds: int) -> dict[tuple[str, int], list[float]]:
-    """Finding 2 with Pre-LN at 3.0 and Post-LN with warm-up at 3.0 (± a little), Post-LN without
-    warm-up as given per seed."""
+    """Finding 2 with Pre-LN at 3.0 with and without warm-up and Post-LN with warm-up at 3.05 (± a little),
+    Post-LN without warm-up as given per seed."""
     wobble = [0.01 * ((i % 3) - 1) for i in range(seeds)]
     return {
         ("pre", 0): [3.0 + w for w in wobble],
-        ("pre", 100): [2.95 + w for w in wobble],
+        ("pre", 100): [3.0 - w for w in wobble],  # Pre-LN needs no warm-up (seeds differ between arms)
         ("post", 0): post_without,
-        ("post", 100): [3.0 - w for w in wobble],
+        # Post-LN with warm-up moved with Pre-LN's arm, so that check 1 (Δ₀ − 2Δ_w) is what it was
+        ("post", 100): [3.05 - 3 * w for w in wobble],
     }
 
 
@@ -85,9 +86,10 @@ def test_a_verdict_that_rests_on_one_outlier_seed_is_reported_as_flipping(tmp_pa
     wobble = [-0.01, 0.0, 0.01, 0.0, -0.01]
     losses = {
         ("pre", 0): [3.0 + w for w in wobble],
-        ("pre", 100): [2.95 + w for w in wobble],
+        ("pre", 100): [3.0 - w for w in wobble],  # Pre-LN needs no warm-up (seeds differ between arms)
         ("post", 0): [4.5 + w for w in wobble],
-        ("post", 100): [3.7, 3.7, 3.71, 3.69, 2.7],
+        # moved with Pre-LN's arm (+0.05 − 2w), so that check 1 (Δ₀ − 2Δ_w) is what it was
+        ("post", 100): [p + 0.05 - 2 * w for p, w in zip([3.7, 3.7, 3.71, 3.69, 2.7], wobble, strict=True)],
     }
     rs = load_runs(warmup_sweep(tmp_path / "outlier", losses))
     full = evaluate("xiong_warmup", rs).verdict

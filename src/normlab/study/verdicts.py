@@ -289,7 +289,13 @@ class Precondition:
     @property
     def sentence(self) -> str:
         """'Not shown in these runs: NAME (OBSERVED). What would make it happen: REMEDY.'"""
-        state = "cannot be told from these runs" if self.met is None else "did not happen in these runs"
+        if self.met is None:
+            state = "cannot be told from these runs"
+        elif self.check is not None and self.check.verdict == INCONCLUSIVE:
+            # an inconclusive test of the premise: it may have happened, too weakly to show
+            state = "could not be shown in these runs"
+        else:
+            state = "did not happen in these runs"
         text = f"{self.name} — {state}: {self.observed}."
         return f"{text} {self.remedy}" if self.remedy else text
 

@@ -17,12 +17,17 @@ The theorem is a statement about how the bound scales with L, its premise a Pre-
 like √L (Xavier init, inputs of unit scale: the preset multiplies the embeddings by √d, as the paper's
 fairseq models do). The depth exponents are fitted over the depths where that scaling is the question —
 L ≥ FIT_FROM (round 3 fitted every depth from 2, and its Post-LN exponent came from the shallowest
-ones) — and a robustness variation refits them on every other depth. GPT-2's init (residual projections
+ones) — and a robustness variation refits them on every other depth. Fig. 3(a, b) has two halves, both
+counted: Post-LN's gradient grows towards the output (log(top/bottom third) > 0.1), and Pre-LN's "almost
+keeps the same for different layers" — an equality claim, |log(top/bottom third)| within ±0.1 by two
+one-sided tests, pooled over the depths from MIN_THIRDS_DEPTH only where their signs agree (else one check
+per depth, each of which must hold). GPT-2's init (residual projections
 × 1/√(2L)) removes the premise: it is the finding's scope control, not a robustness change.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -43,7 +48,15 @@ from normlab.study.findings._finding import (
 )
 from normlab.study.findings._format import CI_LABEL, fmt_series
 from normlab.study.findings._runs import group_labels, need, subset, varies
-from normlab.study.verdicts import CONFIDENCE, Check, Outcome, Precondition, check, combine
+from normlab.study.verdicts import (
+    CONFIDENCE,
+    Check,
+    Outcome,
+    Precondition,
+    check,
+    combine,
+    equivalence_check,
+)
 
 # Fig. 3 plots the growth without a size to carry over: a top third ≥ 10 % above the bottom third (log
 # units) is the smallest growth we count. The depth checks test the exponent against −¼, halfway
@@ -64,8 +77,16 @@ THEOREM_POST = (
     "gradient against depth"
 )
 FIG_3 = (
-    "§3.4 and Fig. 3(a, b): at initialisation the FFN gradient norm of Post-LN grows with the layer index "
-    "(Pre-LN's stays about the same)"
+    "§3.4 and Fig. 3(a, b): “the scale of the expected gradients grows along with the layer index for the "
+    "Post-LN Transformer” — the FFN gradient norm at initialisation against the layer index, Post-LN"
+)
+# "almost keeps the same for different layers": a top third within ±10 % of the bottom third (log units)
+# — the same size that counts as growth for Post-LN, so that "grows" and "stays the same" are told apart
+# by one yardstick; the paper's Fig. 3(a, b) gives no tolerance of its own
+FLAT_MARGIN = CONCENTRATION_MARGIN
+FIG_3_PRE = (
+    "§3.4 and Fig. 3(a, b): “the scale almost keeps the same for different layers in the Pre-LN "
+    "Transformer” — the FFN gradient norm at initialisation against the layer index, Pre-LN"
 )
 # the exponents 0 and −½ differ by a factor 2 in ‖g_last‖ over a 4× range of depths: a narrower range
 # cannot tell them apart against seed noise
@@ -83,37 +104,58 @@ def concentration_by_depth(sub: pd.DataFrame, placement: str) -> dict[int, pd.Se
     return out
 
 
-def growth_towards_output(tag: str, per_depth: dict[int, pd.Series], counts: bool) -> list[Check]:
-    """Post-LN's gradient grows towards the output, tested at every depth as one trend: when every depth's
-    estimate has the same sign, one check on each seed's mean over the depths (more power, no averaging of
-    opposite signs); otherwise one check per depth, each of which must hold."""
-    name = tag + "Post-LN's gradient grows towards the output"
-    statistic = "log(mean gradient norm of the top third of blocks / of the bottom third), Post-LN"
+def across_depths(
+    name: str, statistic: str, per_depth: dict[int, pd.Series], test: Callable[[str, str, Estimate], Check]
+) -> list[Check]:
+    """One statistic tested at every depth as one trend: when every depth's estimate has the same sign, one
+    check on each seed's mean over the depths (more power, no averaging of opposite signs); otherwise one
+    check per depth, each of which must hold. `test(name, statistic, estimate)` makes the check."""
     signs = {np.sign(v.mean()) for v in per_depth.values() if len(v)}
     depths = ", ".join(str(d) for d in per_depth)
     if len(signs) == 1 and all(len(v) for v in per_depth.values()):
         pooled = pd.concat(per_depth.values(), axis=1).mean(axis=1)  # per seed, over the depths
         return [
-            check(
+            test(
                 name + f" (L = {depths}, every depth the same sign)",
-                statistic + f", each seed's mean over L = {depths}; positive = larger near the output",
+                statistic + f", each seed's mean over L = {depths}",
                 estimate(pooled.dropna()),
-                margin=CONCENTRATION_MARGIN,
-                counts=counts,
-                source=FIG_3,
             )
         ]
     return [
-        check(
+        test(
             name + f" (L={d}; the depths' signs differ, so each is its own check)",
-            statistic + f" at L={d}; positive = larger near the output",
+            statistic + f" at L={d}",
             estimate(v),
-            margin=CONCENTRATION_MARGIN,
-            counts=counts,
-            source=FIG_3,
         )
         for d, v in per_depth.items()
     ]
+
+
+def growth_towards_output(tag: str, per_depth: dict[int, pd.Series], counts: bool) -> list[Check]:
+    """Post-LN's gradient grows towards the output (Fig. 3(a, b)), at every depth from MIN_THIRDS_DEPTH."""
+    return across_depths(
+        tag + "Post-LN's gradient grows towards the output",
+        "log(mean gradient norm of the top third of blocks / of the bottom third), Post-LN; positive = "
+        "larger near the output",
+        per_depth,
+        lambda name, statistic, est: check(
+            name, statistic, est, margin=CONCENTRATION_MARGIN, counts=counts, source=FIG_3
+        ),
+    )
+
+
+def flat_across_layers(tag: str, per_depth: dict[int, pd.Series], counts: bool) -> list[Check]:
+    """Pre-LN's gradient stays about the same across layers (the other half of Fig. 3(a, b)): an equality
+    claim, log(top/bottom third) within ±FLAT_MARGIN, at every depth from MIN_THIRDS_DEPTH."""
+    return across_depths(
+        tag + "Pre-LN's gradient stays about the same across layers",
+        "log(mean gradient norm of the top third of blocks / of the bottom third), Pre-LN; 0 = the same "
+        "scale at every layer",
+        per_depth,
+        lambda name, statistic, est: equivalence_check(
+            name, statistic, est, margin=FLAT_MARGIN, counts=counts, source=FIG_3_PRE
+        ),
+    )
 
 
 def _columns(metrics: pd.DataFrame, depth: int) -> tuple[list[str], str]:
@@ -265,6 +307,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
                 source=THEOREM_POST,
             ),
             *growth_towards_output(tag, by_depth["post"], counts),
+            *flat_across_layers(tag, by_depth["pre"], counts),
         ]
         checks += part
         if not counts:
@@ -331,7 +374,8 @@ FINDING = Finding(
     "xiong_grad_profile",
     "Gradient profile at initialisation: Post-LN vs Pre-LN",
     "At initialisation, Post-LN's gradients grow towards the output and its last-layer gradient does not "
-    "shrink with depth, while Pre-LN's last-layer gradient shrinks roughly as 1/√L.",
+    "shrink with depth, while Pre-LN's last-layer gradient shrinks roughly as 1/√L and its gradient scale "
+    "stays about the same across layers.",
     "Xiong et al. 2020, *On Layer Normalization in the Transformer Architecture* (ICML), Theorem 1 "
     "(§3.3) and Fig. 3 (§3.4), Xavier initialisation.",
     True,
@@ -361,6 +405,6 @@ FINDING = Finding(
     "(recently proposed as Pre-LN Transformer), the gradients are well-behaved at initialization” "
     "(abstract); Theorem 1 (§3.3) bounds the gradient of the last FFN's W² by O(d√(ln d)) for Post-LN and "
     "O(d√(ln d / L)) for Pre-LN, with Xavier initialisation.",
-    short="Gradient profile at init: Post-LN's grows towards the output and does not shrink with depth, Pre-LN's shrinks about as 1/√L",
+    short="Gradient profile at init: Post-LN's grows towards the output and does not shrink with depth, Pre-LN's shrinks about as 1/√L and stays flat across layers",
     paper_scale="Theorem 1 holds at any depth at initialisation; Fig. 3 shows 6-6 translation Transformers (Xavier init).",
 )
