@@ -288,13 +288,19 @@ def test_the_pilot_is_judged_by_the_findings_own_checks(tmp_path):
 
 
 def test_a_pilot_without_the_curse_says_so_with_its_numbers(tmp_path):
-    """Issue 28's shallow Pre-LN (every deep block still adds 0.117 nats): not the curse, so both findings
-    are not tested here, and the curse line gives the deep blocks' cost."""
+    """Issue 28's shallow Pre-LN (every deep block still adds 0.117 nats): not the curse, so the parts of both
+    findings about deep blocks' contribution are not tested here (the other parts decide: issue 37), and the
+    curse line gives the deep blocks' cost."""
     pilot = evaluate_pilot(crafted_pilot(tmp_path, SHALLOW_PRE))
     assert pilot.curse.met is False
     small = pilot.curse.observed.split("skipping one costs under 0.05 nats: ")[1].split("; ")[1]
-    assert re.search(r": -0\.06\d+ nats .*needed > 0", small), small  # 0.05 − 0.117: the deep blocks' cost
-    assert all(r.outcome.verdict == NOT_TESTED for r in pilot.findings.values())
+    # 0.05 − (0.117 − 0.02): each deep block's cost, measured against a final loss the crafted runs put
+    # 0.01 × seed higher (seeds 1–3: 0.02 on average; test_findings_depth.depth_run)
+    assert re.search(r": -0\.047 .*nats, needed > 0", small), small
+    for r in pilot.findings.values():
+        contribution = [c for c in r.outcome.checks if "contribute" in c.name]
+        assert contribution and all(c.verdict == NOT_TESTED for c in contribution), r.outcome.checks
+        assert "not tested here" in r.outcome.parts
 
 
 def test_the_report_shows_the_pilot_beside_the_cpu_verdict(tmp_path):
@@ -305,7 +311,9 @@ def test_the_report_shows_the_pilot_beside_the_cpu_verdict(tmp_path):
             depth_run(cpu, placement, seed, **SHALLOW_PRE if placement == "pre" else PAPER["lnscale"])
     path, verdicts = build_report(out, out)
     text = path.read_text()
-    assert verdicts == {"lnscale_depth": NOT_TESTED}
+    # the stream's growth decides (training added 0.8 under Pre-LN, 0.3 under LayerNorm Scaling); the deep
+    # blocks' part is not tested without the curse (issue 37: parts decided apart)
+    assert verdicts == {"lnscale_depth": REPRODUCED}
     summary = next(line for line in text.splitlines() if line.startswith("| [12]"))
     assert summary.rstrip(" |").endswith(NOT_YET)
     assert f"**{NOT_YET}.**" in text and "scripts/gpu_pilot.sh" in text
@@ -316,7 +324,7 @@ def test_the_report_shows_the_pilot_beside_the_cpu_verdict(tmp_path):
     summary = next(line for line in text.splitlines() if line.startswith("| [12]"))
     assert "**reproduced** (d256 · L12 · 100 steps · 0.1 tokens/param · NVIDIA H200)" in summary
     row = next(line for line in text.splitlines() if line.startswith("| 12 | LayerNorm Scaling"))
-    assert "**not tested here** (d64 · L12 · 100 steps)" in row and "**reproduced**" in row
+    assert "**reproduced** (d64 · L12 · 100 steps)" in row and "(reproduced)" in row
     assert "Can the curse of depth happen here?** Yes" in text
     assert (out / "pilot_lnscale_depth_layer_ablation.png").is_file()
 
