@@ -10,6 +10,7 @@ import pytest
 
 from normlab.configs import CONFIG_DIR
 from normlab.study.findings import FINDINGS
+from normlab.study.pilot.sweeps import PILOT_FINDINGS
 from normlab.suggest import CommandLineError, before_hydra, presets, sentence, unknown_key
 
 
@@ -66,9 +67,12 @@ def test_every_preset_is_listed_shared_parts_left_out():
     )
     assert not any(p.rsplit("/", 1)[-1].startswith("_") for p in found)
     paper = {p for p in found if p.startswith("findings/paper/")}
-    cpu = {p for p in found if p.startswith("findings/")} - paper
+    pilot = {p for p in found if p.startswith("findings/pilot/")}
+    cpu = {p for p in found if p.startswith("findings/")} - paper - pilot
     assert cpu == {f.preset for f in FINDINGS.values()}  # each finding's CPU preset and its paper-scale one
     assert paper == {f.paper_preset for f in FINDINGS.values()}
+    # the GPU pilot's: the depth findings' presets and the sweep findings 12 and 13 share (issue 38)
+    assert pilot == {f"findings/pilot/{name}" for name in (*PILOT_FINDINGS, "depth")}
 
 
 def test_unknown_keys_match_groups_and_top_level_knobs_first():

@@ -129,7 +129,7 @@ def stacked_fused_objective(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     targets: torch.Tensor,
-    z_loss: Sequence[float] | torch.Tensor,
+    z_loss: Sequence[float],
     *,
     stats: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -137,18 +137,27 @@ def stacked_fused_objective(
     with `stats` a (members, 3) table of the logits' max, mean and mean log-normaliser.
 
     hidden (members, ..., d), weight (members, vocab, d), targets (members, ...) or (...) shared by every
-    member (evaluation's windows), z_loss each member's coefficient (a float64 tensor on the host: made once
-    by the caller). No Python runs per member: the chunks' matrix products are batched over the stack; each
+    member (evaluation's windows), z_loss each member's coefficient (Python floats: the coefficients' tensors
+    are made here on the device without reading a tensor back, so a steady step makes no host read). No Python runs per member: the chunks' matrix products are batched over the stack; each
     member's numbers are its run alone's."""
     s, d = hidden.shape[0], hidden.shape[-1]
     flat = hidden.reshape(s, -1, d)
     if targets.dim() == hidden.dim() - 2:  # one batch for every member
         targets = targets.unsqueeze(0).expand(s, *targets.shape)
-    z64 = z_loss if isinstance(z_loss, torch.Tensor) else torch.tensor(z_loss, dtype=torch.float64)
-    any_z = bool(z64.any())
+    coefficients = [float(z) for z in z_loss]
+    any_z = any(z != 0.0 for z in coefficients)
     n = flat.shape[1]
-    z_over_n = (z64 / n).float().to(flat.device) if any_z else None
-    z2 = (2 * z64).float().view(-1, 1, 1).to(flat.device) if any_z else None
+    # float64 arithmetic in Python, then rounded to float32 on the device: the numbers the float64 tensors gave
+    z_over_n = (
+        torch.tensor([z / n for z in coefficients], dtype=torch.float32, device=flat.device)
+        if any_z
+        else None
+    )
+    z2 = (
+        torch.tensor([2.0 * z for z in coefficients], dtype=torch.float32, device=flat.device).view(-1, 1, 1)
+        if any_z
+        else None
+    )
     grad = torch.is_grad_enabled()
     objective, ce, max_logit, mean_log_z = _FusedHeadLoss.apply(
         flat,

@@ -23,10 +23,8 @@ class StackedHead:
     """`z_loss` is each member's z-loss coefficient; `fused` picks the path (normlab.train.head_loss.fused_pays)."""
 
     def __init__(self, z_loss: Sequence[float], fused: bool, device: torch.device) -> None:
-        self.z64 = torch.tensor(
-            [float(z) for z in z_loss], dtype=torch.float64
-        )  # the fused head's, on the host
-        self.z = self.z64.float().to(device)
+        self.z_list = [float(z) for z in z_loss]  # the fused head's: Python floats, no tensor read per step
+        self.z = torch.tensor(self.z_list, dtype=torch.float64).float().to(device)
         self.fused = fused
 
     def __call__(
@@ -37,7 +35,7 @@ class StackedHead:
         `y` ((members, batch, time), or (batch, time) shared by every member)."""
         shared = y.dim() == hidden.dim() - 2
         if self.fused:
-            return stacked_fused_objective(hidden, weight, y, self.z64, stats=stats)
+            return stacked_fused_objective(hidden, weight, y, self.z_list, stats=stats)
         s = hidden.shape[0]
         flat = hidden.reshape(s, -1, hidden.shape[-1])
         logits = torch.bmm(flat, weight.to(flat.dtype).transpose(1, 2)).float()  # (members, tokens, vocab)
