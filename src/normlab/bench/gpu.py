@@ -196,7 +196,9 @@ def breakdown(trainer: Trainer, device: torch.device, repeats: int) -> dict[str,
     }
     # the probed forward's own measurements, at the model's shapes (what the probed step adds to the plain one)
     model = trainer.model
-    heads, t = model.blocks[0].attn.n_heads, x.shape[1]
+    # the attention's head count, wherever the placement's block keeps its attention (a branch may wrap it)
+    heads = next(m.n_heads for m in model.blocks[0].modules() if isinstance(getattr(m, "n_heads", None), int))
+    t = x.shape[1]
     dtype = trainer.amp_dtype or torch.float32  # the scores' dtype under autocast
     q = torch.randn(x.shape[0], heads, t, model.d_model // heads, device=device, dtype=dtype)
     parts["attention max logits (every block)"] = lambda: [
