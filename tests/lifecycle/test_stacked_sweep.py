@@ -126,11 +126,15 @@ def test_the_stacked_launcher_runs_with_its_defaults(tmp_path, cache_dir):
     assert "stacked: jobs #0, #1 as one model" in out  # the sweep with more jobs than cores stacked two
 
 
-def interrupt(tmp_path: Path, sweep_dir: Path, argv: list[str], signum: int, rng: random.Random) -> str:
+def interrupt(
+    tmp_path: Path, sweep_dir: Path, argv: list[str], signum: int, rng: random.Random, training: int = 1
+) -> str:
+    """The sweep signalled a random moment after `training` of its jobs have written a training row (all of
+    them where every stack must be caught mid-training: a stack starts seconds after another on a busy machine)."""
     process = SweepProcess(argv, tmp_path / "signal.log", env())
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        if any(training_rows(d) for d in job_dirs(sweep_dir).values()):
+        if sum(1 for d in job_dirs(sweep_dir).values() if training_rows(d)) >= training:
             break
         assert process.proc.poll() is None, (tmp_path / "signal.log").read_text()[-3000:]
         time.sleep(0.05)
@@ -224,7 +228,7 @@ def test_stacks_stopped_at_different_steps_are_restacked_and_continue_bit_for_bi
             *jobs,
         ]
         rng = random.Random(f"{os.getpid()}-restack")
-        output = interrupt(tmp_path, sweep_dir, argv, int(signal.SIGINT), rng)
+        output = interrupt(tmp_path, sweep_dir, argv, int(signal.SIGINT), rng, training=4)
         found = summaries(sweep_dir)
         assert len(found) == 4 and {s["status"] for s in found.values()} == {"interrupted"}, found
         (line,) = [ln for ln in output.splitlines() if ln.startswith("continue the sweep with: ")]
