@@ -15,6 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from normlab.config.keys import flatten
+
 ENV_CALL = re.compile(r"\$\{\s*oc\.env\s*:")
 SHORTEST = 3  # a value this short is not searched for in free text (it would match inside other words)
 
@@ -30,16 +32,6 @@ def _kept_as_written(tree: Any) -> Any:
     return tree
 
 
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def from_environment(cfg: DictConfig | Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
     """key → (its value, how it is shown) for every setting whose value comes from `${oc.env:…}`, directly
     or through a reference; empty where none does, or the config cannot be resolved either way."""
@@ -50,8 +42,8 @@ def from_environment(cfg: DictConfig | Mapping[str, Any]) -> dict[str, tuple[Any
         return {}
     task = {k: v for k, v in raw.items() if k != "hydra"}
     try:
-        values = _flat(OmegaConf.to_container(OmegaConf.create(task), resolve=True))  # type: ignore[arg-type]
-        written = _flat(
+        values = flatten(OmegaConf.to_container(OmegaConf.create(task), resolve=True))  # type: ignore[arg-type]
+        written = flatten(
             OmegaConf.to_container(OmegaConf.create(_kept_as_written(task)), resolve=True)  # type: ignore[arg-type]
         )
     except Exception:  # a broken reference: the check says so, in its own sentence

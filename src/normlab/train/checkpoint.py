@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from normlab.config.keys import flatten
 from normlab.errors import InvalidConfig, UserError
 from normlab.io import atomic_write, fsync_dir
 from normlab.model.norms import built_settings
@@ -322,16 +323,6 @@ def find_checkpoint(resume: str | os.PathLike[str], mmap: bool = False) -> Check
         f"with train.resume=auto hydra.run.dir={run_dir} (its rows are dropped first), or start afresh in "
         "another hydra.run.dir without train.resume."
     )
-
-
-def flatten(tree: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def model_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
