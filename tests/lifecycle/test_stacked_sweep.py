@@ -45,16 +45,21 @@ OVERRIDES = (
 TIGHT = ("loss", "grad_norm", "val_loss")
 
 
-def sweep(tmp_path: Path, cache_dir: Path, name: str, launcher: str, *extra: str) -> tuple[int | None, str]:
-    argv = [
+def sweep_argv(sweep_dir: Path, cache_dir: Path, launcher: str, *extra: str) -> list[str]:
+    """train.py's arguments for a sweep of the tests' tiny runs into `sweep_dir`."""
+    return [
         "train.py",
         "-m",
         *OVERRIDES,
         f"data.cache_dir={cache_dir}",
         f"hydra/launcher={launcher}",
-        f"hydra.sweep.dir={tmp_path / name}",
+        f"hydra.sweep.dir={sweep_dir}",
         *extra,
     ]
+
+
+def sweep(tmp_path: Path, cache_dir: Path, name: str, launcher: str, *extra: str) -> tuple[int | None, str]:
+    argv = sweep_argv(tmp_path / name, cache_dir, launcher, *extra)
     process = SweepProcess(argv, tmp_path / f"{name}.log", env())
     code, _ = process.wait(600)
     return code, (tmp_path / f"{name}.log").read_text()
@@ -163,15 +168,7 @@ def test_a_signal_saves_every_member_and_the_sweep_continues_bit_for_bit(tmp_pat
     assert code == 0, out[-3000:]
     rng = random.Random(f"{os.getpid()}-{signame}")
     sweep_dir = tmp_path / "sweep"
-    argv = [
-        "train.py",
-        "-m",
-        *OVERRIDES,
-        f"data.cache_dir={cache_dir}",
-        "hydra/launcher=stacked",
-        f"hydra.sweep.dir={sweep_dir}",
-        *jobs,
-    ]
+    argv = sweep_argv(sweep_dir, cache_dir, "stacked", *jobs)
     signum = int(signal.Signals[signame])
     output = interrupt(tmp_path, sweep_dir, argv, signum, rng)
     found = summaries(sweep_dir)
@@ -218,15 +215,7 @@ def test_stacks_stopped_at_different_steps_are_restacked_and_continue_bit_for_bi
         assert code == 0, out[-3000:]
         assert "stacked: jobs #0, #1 as one model" in out and "stacked: jobs #2, #3 as one model" in out
         sweep_dir = tmp_path / "sweep"
-        argv = [
-            "train.py",
-            "-m",
-            *OVERRIDES,
-            f"data.cache_dir={cache_dir}",
-            "hydra/launcher=stacked",
-            f"hydra.sweep.dir={sweep_dir}",
-            *jobs,
-        ]
+        argv = sweep_argv(sweep_dir, cache_dir, "stacked", *jobs)
         rng = random.Random(f"{os.getpid()}-restack")
         output = interrupt(tmp_path, sweep_dir, argv, int(signal.SIGINT), rng, training=4)
         found = summaries(sweep_dir)
