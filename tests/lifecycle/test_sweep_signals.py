@@ -69,6 +69,20 @@ def wait_training(sweep: SweepProcess, sweep_dir: Path, n: int, timeout: float =
     raise AssertionError(f"{n} jobs were not training after {timeout} s")
 
 
+def wait_until(sweep: SweepProcess, condition, what: str, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert sweep.proc.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.01)
+
+
+def job_processes(sweep: SweepProcess, pickle_name: str) -> list[int]:
+    """The running job processes whose command line names the job's pickle (`0.pkl` is job #0)."""
+    running = sweep.poll_workers()
+    return [p for p in running if f"{os.sep}{pickle_name}" in Path(f"/proc/{p}/cmdline").read_text()]
+
+
 def job_dirs_or_glob(sweep_dir: Path) -> list[Path]:
     return [p for p in sweep_dir.glob("*_*") if p.is_dir()]
 
@@ -131,24 +145,30 @@ def test_the_sweep_resume_command_finishes_an_interrupted_sweep_bit_for_bit(tmp_
     """A job's process killed with SIGKILL after its first step checkpoint, then SIGTERM to the sweep while
     another job trains and a third waits; the printed command, its values reordered, finishes the sweep:
     every job completed, every step once, every row equal to an uninterrupted sweep's."""
-    steps = 200  # enough that the other job is still training when the sweep gets SIGTERM
+    steps = 200
     s = spec(tmp_path, cache_dir, jobs=3, steps=steps, ckpt_every=10)
     reference = SweepProcess(s.argv(tmp_path / "reference", resume=False), tmp_path / "ref.log", env())
     assert reference.wait(600)[0] == 0, (tmp_path / "ref.log").read_text()[-3000:]
 
     sweep_dir = tmp_path / "sweep"
     sweep = SweepProcess([*s.argv(sweep_dir, resume=False), "train.flush_every=1"], tmp_path / "log", env())
-    wait_training(sweep, sweep_dir, 2)
-    victim = sweep_dir / "0_ln-pre-L2-w5-s0"
-    deadline = time.monotonic() + 240
-    while not (victim / "checkpoints" / "step_000010.pt").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    running = sweep.poll_workers()
-    killed = [p for p in running if f"{os.sep}0.pkl" in Path(f"/proc/{p}/cmdline").read_text()]
-    assert killed, running
-    os.kill(killed[0], signal.SIGKILL)
+    # Each job is held (SIGSTOP) once it is where the test needs it: the jobs' processes start seconds apart on
+    # a busy machine, so the victim could otherwise finish before the other trains, or the other before the stop.
+    victim, other_dir = sweep_dir / "0_ln-pre-L2-w5-s0", sweep_dir / "1_ln-pre-L2-w5-s1"
+    wait_until(
+        sweep, lambda: (victim / "checkpoints" / "step_000010.pt").exists(), "job 0's first checkpoint"
+    )
+    (killed,) = job_processes(sweep, "0.pkl")
+    os.kill(killed, signal.SIGSTOP)
+    wait_until(sweep, lambda: bool(training_rows(other_dir)), "job 1 training")
+    (other,) = job_processes(sweep, "1.pkl")
+    os.kill(other, signal.SIGSTOP)
+    assert len(training_rows(victim)) < steps and len(training_rows(other_dir)) < steps
+    os.kill(killed, signal.SIGKILL)
     time.sleep(0.1)
     os.kill(sweep.pid, signal.SIGTERM)
+    time.sleep(0.1)
+    os.kill(other, signal.SIGCONT)  # it now finds the sweep's stop waiting for it
     code, _ = sweep.wait(240)
     output = (tmp_path / "log").read_text()
     assert code == 143, output[-3000:]
