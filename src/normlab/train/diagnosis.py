@@ -17,12 +17,15 @@ old runs with the same rules as the run that writes summary.json's `diagnosis`.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from normlab.train.schedule import lr_at
+
+log = logging.getLogger("normlab")
 
 # placements whose blocks normalise the residual stream itself (Post-LN's norm_add) where the embedding enters
 POST_LIKE = ("post", "mixln")
@@ -120,6 +123,15 @@ def batchnorm_small_batch(cfg: Mapping[str, Any]) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ before training
+
+
+def say_preflight(cfg: Mapping[str, Any]) -> list[str]:
+    """The pre-flight notes of `cfg` (`preflight`), one warning line each on the console, as summary.json's
+    `preflight` keeps them."""
+    notes = [note.sentence for note in preflight(cfg)]
+    for sentence in notes:
+        log.warning("pre-flight: %s", sentence)
+    return notes
 
 
 def preflight(cfg: Mapping[str, Any]) -> list[Note]:

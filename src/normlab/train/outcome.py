@@ -10,21 +10,26 @@ includes start-up, when there is more than one.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from normlab.errors import UserError
 from normlab.metrics import names
+from normlab.summary import RunSummary
 from normlab.train import memory
 from normlab.train.callbacks import LoopResult
 from normlab.train.checkpoint import LAST
 from normlab.train.run_dir import DISK_ERRNOS, disk_error
 from normlab.train.signals import Interrupted, signal_name
+
+log = logging.getLogger("normlab")
 
 FINAL_LOSS_WINDOW = 10
 
@@ -134,3 +139,21 @@ def stop_ending(e: Interrupted | KeyboardInterrupt, steps: int) -> Ending:
     else:
         reason = f"stopped by {name} before training started."
     return Ending("interrupted", reason, signal=name, forced=forced)
+
+
+def say_outcome(summary: RunSummary, spikes: int, result: LoopResult, run_dir: Path) -> None:
+    """What the console hears at the end of a run its loop ended: learned or not (against the corpus's
+    unigram loss), the likely cause of a failure, spikes, divergence."""
+    if summary.learned is not None:
+        log.info(
+            "best val loss %.3f vs the corpus's unigram baseline %.3f: %s",
+            summary.best_val_loss,
+            summary.baseline_unigram_loss,
+            "learned" if summary.learned else "did NOT learn (not clearly below the unigram loss)",
+        )
+    if summary.diagnosis:
+        log.warning("likely cause: %s", summary.diagnosis)
+    if spikes:
+        log.info("%d steps with a loss or grad-norm spike; reports in %s/spikes", spikes, run_dir)
+    if result.status == "diverged":
+        log.warning("diverged at step %d: %s", result.diverged_at, result.reason)

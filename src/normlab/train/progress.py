@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
 from normlab.metrics import names
+from normlab.train import step_time
 from normlab.train.callbacks import Callback, LoopResult
+
+if TYPE_CHECKING:
+    from normlab.train.loop import Trainer
 
 log = logging.getLogger("normlab")
 
@@ -218,3 +223,32 @@ class ProgressBar(Callback):
 
     def on_end(self, result: LoopResult) -> None:
         self.bar.close()
+
+
+def bar_wanted(setting: bool | str, side_by_side: bool) -> bool:
+    """train.progress: `auto` draws the bar on a terminal, unless the run is one of several a sweep runs side
+    by side (their sweep prints one line for all of them)."""
+    if setting == "auto":
+        return sys.stderr.isatty() and not side_by_side
+    return bool(setting)
+
+
+def progress_callbacks(
+    cfg: Mapping[str, Any], trainer: Trainer, bar: bool, side_by_side: bool, hint: bool
+) -> list[Callback]:
+    """The bar (`bar`: on a terminal) and the progress lines of the run `cfg` describes: the lines reach the
+    console only where no bar is drawn and the run is not one of a parallel sweep's; `hint`: say how long a
+    step takes (a run typed at the command line), on the CPU with the FLOPs model=tiny would save."""
+    name, train = cfg["name"], cfg["train"]
+    max_steps, per_step = train["max_steps"], trainer.tokens_per_step
+    lines = ProgressLog(
+        name,
+        max_steps,
+        train["log_every"],
+        per_step,
+        console=not bar and not side_by_side,
+        hint=hint and trainer.step < max_steps,
+        tiny_flops_ratio=step_time.tiny_flops_ratio(cfg) if trainer.device.type == "cpu" else None,
+        first_block=train["flush_every"],
+    )
+    return [ProgressBar(max_steps, trainer.step, name, bar, per_step), lines]

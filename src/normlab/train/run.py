@@ -1,25 +1,26 @@
-"""One run, start to end: start → build → train, and `finish` writes summary.json however it ends.
-
-The order matters for "nothing lost":
+"""One run, read top to bottom: `execute` → start → build → train, and `_finish` writes summary.json however
+the run ends. The order matters for "nothing lost":
 
 1. the run directory (normlab.train.run_dir): created, locked (one run at a time), stale temporary files of a
    killed writer removed;
-2. start (normlab.train.run_start): the config checked against its dataclasses (normlab.config.checked); train.resume decided and
-   checked (normlab.train.resume: with auto, what the directory holds decides whether to skip, resume or
-   start; the checkpoint must be of the same model and experiment, and metrics.jsonl must hold every step
-   it has trained) — a bad value or another experiment is `invalid`, a missing or damaged checkpoint or a
-   hole in the rows `failed`, all before anything is built; then summary.json says `running`;
-3. build: the memory it needs against what is free (train.memory: a run that cannot fit is `invalid` in
-   milliseconds), then device, model, data (its cache is built atomically; a resumed run's corpus must be
-   the checkpoint's, by its files' hashes); only then W&B, so a run that fails before training opens no
-   W&B run, and the trainer;
-4. train: the loop, with signals deferred to step boundaries (train.signals); at its end — completed,
-   diverged or interrupted — pending metrics are flushed, checkpoints/last.pt written, then summary.json;
-5. finish (`_finish`, normlab.train.run_end): the one place summary.json's final fields are put together,
-   for the loop's ending as for an ending by an exception (`Ending`), all written atomically.
+2. start (`_start`): the config checked against its dataclasses (normlab.config.checked); what train.resume
+   does, decided once (`self.resume`, normlab.train.run_resume: with auto, what the directory holds decides
+   whether to skip, resume or start; the checkpoint must be of the same model and experiment, and
+   metrics.jsonl must hold every step it has trained) — a bad value or another experiment is `invalid`, a
+   missing or damaged checkpoint or a hole in the rows `failed`, all before anything is built; then
+   summary.json says `running`;
+3. build (`_build`): the memory it needs against what is free (train.memory: a run that cannot fit is
+   `invalid` in milliseconds), then device, model, data (its cache built atomically; a resumed run's corpus
+   must be the checkpoint's, by its files' hashes); only then W&B, so a run that fails before training opens
+   no W&B run, and the trainer;
+4. train (`_train`): the loop, signals deferred to step boundaries (train.signals); at its end — completed,
+   diverged or interrupted — pending metrics flushed, checkpoints/last.pt written, then summary.json;
+5. finish (`_finish`): the one place summary.json's final fields are put together (normlab.train.
+   summary_fields), for the loop's ending as for an ending by an exception (`Ending`), written atomically.
 
 `execute` returns the summary for every ending but a crash (a bug: the summary records the traceback and
 the exception is raised again) and a run directory it cannot use (UserError: nothing can be written there).
+A refused resume in the run's own directory leaves it as it was (`LeftAsItWas`: its summary.json put back).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import signal
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,40 +37,48 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from normlab.config.environment import shown_as_written
+from normlab.config import checked
+from normlab.config.environment import from_environment, shown_as_written
 from normlab.config.groups import TrainConfig
 from normlab.data import TokenCorpus
 from normlab.data.unigram import baseline_unigram_loss
 from normlab.distributed import SINGLE, Dist
-from normlab.io import write_text_atomic
 from normlab.metrics import names
 from normlab.metrics.monitor import SPIKES_DIR
 from normlab.metrics.sinks import JsonlSink
 from normlab.metrics.wandb_sink import WandbSink
-from normlab.summary import SUMMARY_FILE, RunSummary, free_room
-from normlab.train import checkpoint, memory, outcome, step_time
+from normlab.summary import SUMMARY_FILE, RunSummary
+from normlab.train import checkpoint, diagnosis, memory, outcome
 from normlab.train.build import device_label, log_model, pick_device, run_corpus
 from normlab.train.callbacks import Callback, Checkpoints, LoopResult
-from normlab.train.checkpoint import CHECKPOINT_DIR, LAST, Checkpoint
+from normlab.train.checkpoint import CHECKPOINT_DIR, LAST
 from normlab.train.loop import Trainer
-from normlab.train.progress import ProgressBar, ProgressLog
-from normlab.train.resume import Decision, LeftAsItWas
-from normlab.train.run_dir import METRICS_FILE, SAMPLE_FILE, RunDirectory
-from normlab.train.run_end import ResumeCommand, RunEnd
-from normlab.train.run_start import RunStart
-from normlab.train.sample import generate, one_line
+from normlab.train.outcome import Ending
+from normlab.train.progress import bar_wanted, progress_callbacks
+from normlab.train.resume import LeftAsItWas
+from normlab.train.run_dir import METRICS_FILE, RunDirectory
+from normlab.train.run_resume import RunResume
+from normlab.train.sample import write_sample
 from normlab.train.signals import StopRequest, exit_code
+from normlab.train.summary_fields import (
+    ResumeCommand,
+    config_echo,
+    continue_command,
+    loop_fields,
+    metrics_fields,
+    resolved,
+)
 
 log = logging.getLogger("normlab")
 
-__all__ = ["Run"]
+__all__ = ["ResumeCommand", "Run"]
 
 
 def default_resume_command(run_dir: Path, resume: str | None) -> str:
     return f"python train.py ... train.resume={resume}" if resume else "python train.py ..."
 
 
-class Run(RunStart, RunEnd):
+class Run:
     """The lifecycle of one training run in `run_dir`; `execute` returns the summary it wrote.
 
     `stop` is the stop request signals set (one is made if not given); `resume_command` builds the command
@@ -111,16 +119,10 @@ class Run(RunStart, RunEnd):
         self.started = time.time()
         self.summary = RunSummary()
         self.trainer: Trainer | None = None
-        self.ckpt: Checkpoint | None = None
-        self.restart = False  # train.resume=auto starting a run again: drop the rows there first
-        self.decision = Decision()  # what train.resume made of this run (normlab.train.resume)
-        self.previous: dict[str, Any] | None = None  # summary.json of the run this one continues in place
-        self.experiment: dict[str, Any] | None = None  # what its checkpoints record of the experiment
+        self.resume = RunResume(self.run_dir)  # what train.resume makes of this run (decided at its start)
         self.directory = RunDirectory(self.run_dir, (CHECKPOINT_DIR, SPIKES_DIR))
         self._writer: Checkpoints | None = None  # its checkpoint writer (`_checkpoints`)
-        self.resumed_step = (
-            0  # the step of the checkpoint it continues (kept: its state is freed once loaded)
-        )
+        self._environment: dict[str, tuple[Any, str]] | None = None  # `environment`, worked out once
 
     def execute(self) -> dict[str, Any]:
         """Run to the end; returns summary.json's contents (`self.summary` holds the RunSummary)."""
@@ -156,7 +158,8 @@ class Run(RunStart, RunEnd):
         """Write the summary of the ending `e` means; False for a bug (recorded as crashed), to raise again,
         and for a resume refused in the run's own directory (its summary.json put back as it was)."""
         if isinstance(e, LeftAsItWas):
-            self.write_previous_summary()
+            if self.dist.is_main:
+                self.resume.put_back_summary()
             return False
         ending = outcome.ending_of(e, self._steps())
         if ending.reason:  # a value from the environment is named as the config writes it
@@ -199,15 +202,42 @@ class Run(RunStart, RunEnd):
         finally:
             self.directory.release()
 
-    def write_previous_summary(self) -> None:
-        """Put back the summary.json the run directory held before this (refused) resume."""
-        if not self.dist.is_main or self.previous is None:
-            return
-        free_room(self.run_dir)  # kept for a summary this run will not write
-        if self.previous:
-            RunSummary.from_dict(self.previous).write(self.run_dir)
-        else:  # it had none: not the `running` this run may have written
-            (self.run_dir / SUMMARY_FILE).unlink(missing_ok=True)
+    # ------------------------------------------------------------------------------------------------
+    # start: the config, what train.resume does, `running`
+    # ------------------------------------------------------------------------------------------------
+
+    def _start(self) -> bool:
+        """Check the config and decide what train.resume continues (every check made), then say `running`;
+        False when train.resume=auto finds the run finished (its summary.json stays as it is)."""
+        self._echo_config()
+        self.cfg = checked(self.cfg_node)
+        for key in ("name", "experiment_name"):  # labels: shown, logged and sent as written
+            if key in self.environment:
+                self.cfg[key] = self.environment[key][1]
+        self.train = TrainConfig.of(self.cfg["train"])
+        self._echo_config()
+        # which known failure this setup matches, said before anything is built
+        self.summary.update(preflight=diagnosis.say_preflight(self.cfg))
+        self.resume.decide(self.cfg)
+        if self.resume.decision.skip:
+            self.summary = RunSummary.read(self.run_dir)
+            return False
+        self.resume.record_start(self.summary)
+        self.write_summary(status="running")
+        return True
+
+    def _echo_config(self) -> None:
+        """Copy the config's identity (norm, placement, depth, ...) into the summary, as far as it resolves."""
+        cfg = self.cfg or resolved(self.cfg_node)
+        if cfg is not None:
+            self.summary.update(**config_echo(cfg, self.environment))
+
+    @property
+    def environment(self) -> dict[str, tuple[Any, str]]:
+        """The settings whose values come from ${oc.env:…} (config.environment), worked out once."""
+        if self._environment is None:
+            self._environment = from_environment(self.cfg_node)
+        return self._environment
 
     # ------------------------------------------------------------------------------------------------
     # build: device, model, data, W&B, trainer
@@ -225,7 +255,8 @@ class Run(RunStart, RunEnd):
         self.summary.update(device=device_label(device))
         model = instantiate(cfg["model"]).to(device)
         corpus = run_corpus(cfg, self._progress_enabled())
-        self._adopt_corpus(corpus)
+        if self.resume.adopt_corpus(self.cfg, corpus.cache_dir, self.summary):
+            self.write_summary()
         self.summary.update(baseline_unigram_loss=baseline_unigram_loss(corpus))
         self.summary.update(
             formula=log_model(model, cfg),
@@ -233,13 +264,18 @@ class Run(RunStart, RunEnd):
             world_size=self.dist.world_size,
             global_batch_size=self.train.batch_size * self.train.grad_accum * self.dist.world_size,
         )
-        if self.ckpt is not None:  # before W&B: a checkpoint that does not fit is the config's fault
-            checkpoint.load_model_state(model, self.ckpt)
+        if (
+            self.resume.checkpoint is not None
+        ):  # before W&B: a checkpoint that does not fit is the config's fault
+            checkpoint.load_model_state(model, self.resume.checkpoint)
         if cfg["logger"]["name"] == "wandb" and self.dist.is_main:
             # only now: a run that fails before training opens no W&B run
             # a resume continues the W&B run whose id the directory keeps; a restart from step 0 starts anew
             self.wandb = WandbSink.open(
-                cfg, self.run_dir, self.group or str(cfg["experiment_name"]), fresh=self.ckpt is None
+                cfg,
+                self.run_dir,
+                self.group or str(cfg["experiment_name"]),
+                fresh=self.resume.checkpoint is None,
             )
         trainer = Trainer.from_config(
             cfg,
@@ -251,10 +287,10 @@ class Run(RunStart, RunEnd):
             histograms=self.wandb is not None,  # W&B alone shows them: not computed for nobody
             dist=self.dist,
         )
-        if self.ckpt is not None:
-            trainer.load_state_dict(self.ckpt.state)
-            log.info("resumed from %s at step %d", self.ckpt.path, trainer.step)
-            self.ckpt.state = {}  # the tensors now live in the model and the optimizer
+        if self.resume.checkpoint is not None:
+            trainer.load_state_dict(self.resume.checkpoint.state)
+            log.info("resumed from %s at step %d", self.resume.checkpoint.path, trainer.step)
+            self.resume.checkpoint.state = {}  # the tensors now live in the model and the optimizer
         self.trainer = trainer
         self.summary.update(steps=trainer.step)
         return trainer, corpus
@@ -287,13 +323,15 @@ class Run(RunStart, RunEnd):
         (normlab.train.stacked.run.MemberRun)."""
         if not self.dist.is_main:
             return [], None
-        self._retire_abandoned()
-        resume_step = trainer.step if self.ckpt is not None else None
-        mark = {names.RESUME_CHANGED: 1} if self.decision.changes else {}
-        if self.decision.missing:
+        self.resume.retire_abandoned()
+        decision = self.resume.decision
+        resume_step = trainer.step if decision.checkpoint is not None else None
+        mark = {names.RESUME_CHANGED: 1} if decision.changes else {}
+        if decision.missing:
             mark[names.RESUME_GAP] = 1
+        # starting again (train.resume=auto) drops the rows of a run that saved no checkpoint
         sink = JsonlSink(
-            self.run_dir / METRICS_FILE, resume_step=0 if self.restart else resume_step, mark=mark
+            self.run_dir / METRICS_FILE, resume_step=0 if decision.restart else resume_step, mark=mark
         )
         callbacks = [
             sink,
@@ -313,18 +351,8 @@ class Run(RunStart, RunEnd):
             self._checkpoints(trainer).save(LAST)
         self._finish(outcome.loop_ending(result, self.stop.signal_name), loop=(trainer, result, previous))
         self._report(trainer, result)
-        sample = self.dist.is_main and self.train.sample_tokens > 0
-        if result.status == "completed" and result.steps > 0 and sample:
-            text = generate(
-                trainer.model,
-                corpus,
-                self.train.sample_prompt,
-                self.train.sample_tokens,
-                trainer.device,
-                seed=self.cfg["seed"],
-            )
-            write_text_atomic(self.run_dir / SAMPLE_FILE, text + "\n")
-            log.info("%ssample: %s", self.log_prefix, one_line(text))
+        if result.status == "completed" and result.steps > 0 and self.dist.is_main:
+            write_sample(trainer.model, corpus, self.cfg, trainer.device, self.run_dir, self.log_prefix)
 
     @property
     def log_prefix(self) -> str:
@@ -339,61 +367,81 @@ class Run(RunStart, RunEnd):
                 self.run_dir / CHECKPOINT_DIR,
                 trainer.state_dict,
                 self.cfg["model"],
-                experiment=self.experiment,
+                experiment=self.resume.experiment,
             )
         return self._writer
 
-    def _retire_abandoned(self) -> None:
-        """A run that goes on in its own directory from an older step than its newest checkpoints (a rewind
-        with train.resume=…/step_N.pt, auto sent back by missing rows, a start again from step 0) abandons
-        their history: they are retired before its first row, so nothing resumes from them (one history per
-        run directory: normlab.train.checkpoint.retire)."""
-        if not self.dist.is_main:
-            return
-        if self.restart:
-            checkpoint.retire(self.run_dir / CHECKPOINT_DIR, 0)
-        elif self.ckpt is not None and self.decision.in_place:
-            checkpoint.retire(self.run_dir / CHECKPOINT_DIR, self.resumed_step)
-
     def _report(self, trainer: Trainer, result: LoopResult) -> None:
         """What the console hears at the end: learned or not, spikes, divergence."""
-        if self.summary.learned is not None:
-            log.info(
-                "best val loss %.3f vs the corpus's unigram baseline %.3f: %s",
-                self.summary.best_val_loss,
-                self.summary.baseline_unigram_loss,
-                "learned" if self.summary.learned else "did NOT learn (not clearly below the unigram loss)",
-            )
-        if self.summary.diagnosis:
-            log.warning("likely cause: %s", self.summary.diagnosis)
-        if trainer.monitor.spike_steps:
-            log.info(
-                "%d steps with a loss or grad-norm spike; reports in %s/spikes",
-                len(trainer.monitor.spike_steps),
-                self.run_dir,
-            )
-        if result.status == "diverged":
-            log.warning("diverged at step %d: %s", result.diverged_at, result.reason)
+        outcome.say_outcome(self.summary, len(trainer.monitor.spike_steps), result, self.run_dir)
 
     def _progress_enabled(self) -> bool:
-        setting = self.train.progress
-        if setting == "auto":
-            return sys.stderr.isatty() and not self.side_by_side
-        return bool(setting)
+        return bar_wanted(self.train.progress, self.side_by_side)
 
     def _progress(self, trainer: Trainer) -> list[Callback]:
-        """The bar (on a terminal) and the progress lines (normlab.train.progress): the lines reach the
-        console only where no bar is drawn and the run is not one of a parallel sweep's."""
-        bar = self._progress_enabled()
-        name, max_steps, per_step = self.cfg["name"], self.train.max_steps, trainer.tokens_per_step
-        lines = ProgressLog(
-            name,
-            max_steps,
-            self.train.log_every,
-            per_step,
-            console=not bar and not self.side_by_side,
-            hint=self.step_time and trainer.step < max_steps,
-            tiny_flops_ratio=step_time.tiny_flops_ratio(self.cfg) if trainer.device.type == "cpu" else None,
-            first_block=self.train.flush_every,
+        bar, side_by_side = self._progress_enabled(), self.side_by_side
+        return progress_callbacks(self.cfg, trainer, bar, side_by_side, hint=self.step_time)
+
+    # ------------------------------------------------------------------------------------------------
+    # finish: summary.json
+    # ------------------------------------------------------------------------------------------------
+
+    def write_summary(self, **fields: Any) -> RunSummary:
+        self.summary.update(
+            **fields, started_at=round(self.started, 3), wall_time_s=round(time.time() - self.started, 3)
         )
-        return [ProgressBar(max_steps, trainer.step, name, bar, per_step), lines]
+        if self.dist.is_main:
+            self.summary.write(self.run_dir)
+        if self.summary.status != "running":  # the final summary: later signals change nothing
+            self.stop.settle(self.summary.status)
+        return self.summary
+
+    def _finish(
+        self, ending: Ending, loop: tuple[Trainer, LoopResult, list[dict[str, Any]]] | None = None
+    ) -> RunSummary:
+        """Write summary.json for `ending`. Its numbers come from the loop where the loop ended the run
+        (`loop`: the trainer, its result and the rows kept from before a resume), else from the rows
+        metrics.jsonl holds; a crash adds its traceback."""
+        fields: dict[str, Any] = {"status": ending.status, "reason": ending.reason}
+        if loop is not None:
+            trainer, result, previous = loop
+            fields.update(
+                loop_fields(self.cfg, trainer, result, previous, self.summary.baseline_unigram_loss)
+            )
+        elif ending.status == "crashed":
+            fields["traceback"] = ending.traceback
+        else:
+            fields.update(self._row_fields(ending))
+        if ending.status == "interrupted":
+            fields["signal"] = ending.signal
+        if ending.status in ("failed", "interrupted"):
+            fields["resume_command"] = continue_command(
+                self.run_dir,
+                trained=loop is not None,
+                resumed=self.resume.checkpoint is not None,
+                resume=self.train.resume,
+                command=self.resume_command,
+            )
+        elif loop is None and ending.status != "crashed":
+            fields["resume_command"] = None
+        return self.write_summary(**fields)
+
+    def _row_fields(self, ending: Ending) -> dict[str, Any]:
+        """The steps, and the numbers of the rows before them, of a run an exception ended: a stop before or
+        without saving counts the steps the checkpoint holds; any other ending after the trainer was built
+        counts its steps."""
+        if ending.status == "interrupted":
+            steps = self._steps()
+            counted = (
+                self.resume.checkpoint is not None and not ending.forced
+            )  # what the rows of the run resumed say
+            return {"steps": steps, **(metrics_fields(self.run_dir, steps) if counted else {})}
+        if self.trainer is None:
+            return {}
+        return {"steps": self.trainer.step, **metrics_fields(self.run_dir, self.trainer.step)}
+
+    def _steps(self) -> int:
+        """The steps the model holds now: the trainer's, else the checkpoint's it will resume from, else 0."""
+        if self.trainer is not None:
+            return self.trainer.step
+        return self.resume.checkpoint.step if self.resume.checkpoint is not None else 0

@@ -1,13 +1,20 @@
-"""Text sampled from a trained model."""
+"""Text sampled from a trained model, and the sample a completed run writes (sample.txt)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Protocol
+import logging
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 from torch import nn
+
+from normlab.io import write_text_atomic
+from normlab.train.run_dir import SAMPLE_FILE
+
+log = logging.getLogger("normlab")
 
 
 class Codec(Protocol):
@@ -80,3 +87,16 @@ def one_line(text: str) -> str:
     put lines without the log prefix (and, in a sweep, without the run's name) among other jobs' lines;
     sample.txt keeps it as generated."""
     return " ⏎ ".join(text.splitlines())
+
+
+def write_sample(
+    model: nn.Module, codec: Codec, cfg: Mapping[str, Any], device: torch.device, run_dir: Path, prefix: str
+) -> None:
+    """The run's sample (train.sample_tokens after train.sample_prompt, its seed) into sample.txt and, as one
+    line after `prefix`, the console; nothing when train.sample_tokens is 0."""
+    train = cfg["train"]
+    if train["sample_tokens"] <= 0:
+        return
+    text = generate(model, codec, train["sample_prompt"], train["sample_tokens"], device, seed=cfg["seed"])
+    write_text_atomic(run_dir / SAMPLE_FILE, text + "\n")
+    log.info("%ssample: %s", prefix, one_line(text))

@@ -73,13 +73,14 @@ class MemberRun(Run):
         cfg = self.cfg
         torch.manual_seed(cfg["seed"])
         model = instantiate(cfg["model"]).to(device)
-        if self.ckpt is not None:
-            checkpoint.load_model_state(model, self.ckpt)
+        if self.resume.checkpoint is not None:
+            checkpoint.load_model_state(model, self.resume.checkpoint)
         return model
 
     def prepare_member(self, model: torch.nn.Module, corpus: TokenCorpus, device: torch.device) -> None:
-        """As Run._build: its corpus adopted (Run._adopt_corpus) and the summary's description of the run."""
-        self._adopt_corpus(corpus)
+        """As Run._build: its corpus adopted (RunResume.adopt_corpus) and the summary's description of the run."""
+        if self.resume.adopt_corpus(self.cfg, corpus.cache_dir, self.summary):
+            self.write_summary()
         self.summary.update(
             device=device_label(device),
             baseline_unigram_loss=baseline_unigram_loss(corpus),
@@ -97,7 +98,7 @@ class MemberRun(Run):
                 self.cfg,
                 self.run_dir,
                 self.group or str(self.cfg["experiment_name"]),
-                fresh=self.ckpt is None,
+                fresh=self.resume.checkpoint is None,
                 concurrent=True,
             )
 
@@ -183,7 +184,9 @@ class StackedRun:
                 member.handle(e)
         by_step: dict[int, list[MemberRun]] = {}
         for member in started:
-            by_step.setdefault(member.ckpt.step if member.ckpt is not None else 0, []).append(member)
+            by_step.setdefault(
+                member.resume.checkpoint.step if member.resume.checkpoint is not None else 0, []
+            ).append(member)
         for group in by_step.values():  # members resumed from different steps train as separate stacks
             if self.stop():
                 for member in group:
@@ -231,14 +234,21 @@ class StackedRun:
             reports_dirs=[m.run_dir for m in group],
             histograms=[m.wandb is not None for m in group],
         )
-        trainer.load_member_states([m.ckpt.state if m.ckpt is not None else None for m in group])
+        trainer.load_member_states(
+            [m.resume.checkpoint.state if m.resume.checkpoint is not None else None for m in group]
+        )
         for m, member in enumerate(group):
             member.view = MemberView(trainer, m)
             member.trainer = member.view  # type: ignore[assignment] (what Run reads: step, monitor)
             member.summary.update(steps=trainer.step)
-            if member.ckpt is not None:
-                log.info("%s: resumed from %s at step %d", member.cfg["name"], member.ckpt.path, trainer.step)
-                member.ckpt.state = {}
+            if member.resume.checkpoint is not None:
+                log.info(
+                    "%s: resumed from %s at step %d",
+                    member.cfg["name"],
+                    member.resume.checkpoint.path,
+                    trainer.step,
+                )
+                member.resume.checkpoint.state = {}
         return trainer, corpus
 
     def _fit(self, group: list[MemberRun], trainer: StackedTrainer, corpus: TokenCorpus) -> None:
