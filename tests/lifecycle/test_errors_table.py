@@ -591,16 +591,16 @@ def _second_signal(train_cli, trained_run, tmp_path, monkeypatch):
 
 @case("signals after the run's summary is written (while its sample is written)")
 def _signals_after_the_end(train_cli, trained_run, tmp_path, monkeypatch):
-    import normlab.train.run as run_mod
+    import normlab.train.sample as sample_mod
 
-    real = run_mod.generate
+    real = sample_mod.generate
 
     def generate(*args, **kwargs):  # three: the count that stops a run without saving, were it still going
         for _ in range(3):
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(run_mod, "generate", generate)
+    monkeypatch.setattr(sample_mod, "generate", generate)
     result = train_cli("train.sample_tokens=4")
     assert (result.run_dir / "sample.txt").read_text().strip()
     assert result.summary["reason"] is None

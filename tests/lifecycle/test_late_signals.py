@@ -21,16 +21,16 @@ from soak.faults import after_the_end
     "count", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), 3]
 )
 def test_signals_while_the_sample_is_written(train_cli, tmp_path, monkeypatch, count):
-    import normlab.train.run as run_mod
+    import normlab.train.sample as sample_mod
 
-    real = run_mod.generate
+    real = sample_mod.generate
 
     def generate(*args, **kwargs):
         for _ in range(count):
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(run_mod, "generate", generate)
+    monkeypatch.setattr(sample_mod, "generate", generate)
     result = train_cli("train.sample_tokens=4", run_dir=tmp_path / "run")
     assert result.code == 0, result.output[-2000:]
     summary = result.summary
