@@ -299,6 +299,28 @@ def run_host(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def run_profile(args: argparse.Namespace) -> dict[str, Any]:
+    """`--profile`: normlab.bench.stack_profile's tables, printed and (with --out) written."""
+    from normlab.bench.stack_profile import run_profile as profile
+    from normlab.bench.stack_profile import tables, write
+
+    model, members, _, batch, _, _ = DEFAULTS["cuda"]  # the GPU benchmark's shape
+    out = profile(
+        args.device,
+        int(args.members or members),
+        args.model or model,
+        args.batch or batch,
+        args.head,
+        args.profile_steps,
+        args.top,
+        args.overrides,
+    )
+    print(tables(out), flush=True)
+    if args.out:
+        write(out, args.out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -348,10 +370,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--blocks", type=int, default=6, help="--host: blocks of every configuration")
     p.add_argument("--heads", default="fused,plain", help="--host: head paths, fused and/or plain")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="torch.profiler of a stack of --members (default 32) × --model (small), --batch (32) against a run "
+        "alone: steady and probed steps, top kernels / operators (normlab.bench.stack_profile)",
+    )
+    p.add_argument("--head", default="auto", help="--profile: fused, plain or auto (the device's)")
+    p.add_argument("--profile-steps", type=int, default=3, help="--profile: steps of each kind profiled")
+    p.add_argument("--top", type=int, default=25, help="--profile: kernels / operators listed per kind")
+    p.add_argument("--out", type=Path, default=None, help="--profile: write profile.md and profile.json here")
     p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = p.parse_args(argv)
     if args.host:
         return run_host(args)
+    if args.profile:
+        return run_profile(args)
     model, members, steps, batch, joblib_jobs, alone_runs = DEFAULTS[args.device]
     args.model = args.model or model
     args.members = int(args.members or members)
