@@ -404,7 +404,9 @@ def test_the_plain_stacked_head_is_the_fused_one(z):
     torch.testing.assert_close(shared[1][0], plain[1][0])  # evaluation: one batch for every member
 
 
-@pytest.mark.parametrize(("z", "stats", "expected"), [(0.0, False, False), (0.0, True, True), (1e-3, False, True)])
+@pytest.mark.parametrize(
+    ("z", "stats", "expected"), [(0.0, False, False), (0.0, True, True), (1e-3, False, True)]
+)
 def test_the_plain_stacked_head_takes_a_log_sum_exp_only_where_a_run_alone_does(z, stats, expected):
     """Without z-loss or the logits' statistics a run alone's plain head is torch's cross-entropy alone (one
     fused log-softmax each way); the stack's is too — a log-sum-exp is a chain of whole-logits passes, each

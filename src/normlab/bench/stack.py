@@ -302,7 +302,7 @@ def run_host(args: argparse.Namespace) -> dict[str, Any]:
 def run_profile(args: argparse.Namespace) -> dict[str, Any]:
     """`--profile`: normlab.bench.stack_profile's tables, printed and (with --out) written."""
     from normlab.bench.stack_profile import run_profile as profile
-    from normlab.bench.stack_profile import tables, write
+    from normlab.bench.stack_profile import tables
 
     model, members, _, batch, _, _ = DEFAULTS["cuda"]  # the GPU benchmark's shape
     out = profile(
@@ -317,7 +317,10 @@ def run_profile(args: argparse.Namespace) -> dict[str, Any]:
     )
     print(tables(out), flush=True)
     if args.out:
-        write(out, args.out)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "profile.md").write_text(tables(out) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
     return out
 
 
@@ -379,7 +382,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--head", default="auto", help="--profile: fused, plain or auto (the device's)")
     p.add_argument("--profile-steps", type=int, default=3, help="--profile: steps of each kind profiled")
     p.add_argument("--top", type=int, default=25, help="--profile: kernels / operators listed per kind")
-    p.add_argument("--out", type=Path, default=None, help="--profile: write profile.md and profile.json here")
+    p.add_argument("--out", type=Path, default=None, help="--profile: write the tables to OUT/profile.md")
     p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = p.parse_args(argv)
     if args.host:

@@ -19,12 +19,14 @@ For each kind: the step's time unprofiled (wall clock with the device synchronis
 CPU time on the CPU, one thread), the device time and the number of kernels launched per step (CUDA:
 kernels, memcpy and memset; CPU: aten operators), and the top `--top` kernels / operators by the stack's
 time, each beside the run alone's times S ("S × alone") and their ratio — above 1: work the stack does
-more of than S runs. `--out DIR` writes the tables as profile.md and everything as profile.json.
+more of than S runs. `--out DIR` writes the tables as DIR/profile.md, `--json PATH` everything.
+
+Probed steps past the dense start are `metrics.every` apart, so each is trained on its own (the loop pauses
+after it, flushing its row to the host, as it does every `train.flush_every` steps anyway).
 """
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections import defaultdict
@@ -46,8 +48,12 @@ def kinds_of_steps(metrics: dict[str, Any], count: int) -> dict[str, list[int]]:
             f"metrics.dense_until ≥ {count + 1} and metrics.rank_every > 0; set them so."
         )
     every = cfg.every
-    probed = [s for s in range(cfg.dense_until + 1, cfg.dense_until + every * (count + 3)) if s % every == 0]
-    probed = [s for s in probed if not cfg.rank(s)][: count + 1]
+    after_dense = range((cfg.dense_until // every + 1) * every, cfg.dense_until + 1000 * every, every)
+    probed = [s for s in after_dense if not cfg.rank(s)][: count + 1]
+    if len(probed) < count + 1:
+        raise ValueError(
+            "every instrumented step measures the rank (metrics.rank_every=1); raise it to profile."
+        )
     steady = probed[0] + 1
     return {
         "steady": list(range(steady, steady + count + 1)),
@@ -63,8 +69,8 @@ def _trace(prof: Any, device: str) -> dict[str, tuple[float, int]]:
         from torch.autograd import DeviceType
 
         for e in prof.events():
-            if e.device_type == DeviceType.CUDA:
-                found[e.name][0] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time
+            if e.device_type == DeviceType.CUDA:  # a kernel, memcpy or memset, as the device ran it
+                found[e.name][0] += e.time_range.elapsed_us()
                 found[e.name][1] += 1
     else:
         for e in prof.key_averages():
@@ -236,10 +242,3 @@ def tables(result: dict[str, Any]) -> str:
                 f"{row['alone_ms_x_members']:.3f} | {row['alone_count']:.0f} | {ratio} |"
             )
     return "\n".join(lines)
-
-
-def write(result: dict[str, Any], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "profile.md").write_text(tables(result) + "\n")
-    (out / "profile.json").write_text(json.dumps(result, indent=1))
-
