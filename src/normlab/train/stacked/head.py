@@ -10,9 +10,10 @@ one run, with the same two paths:
   (or an instrumented step asks for the logits' statistics), the log-sum-exp.
 
 The cross-entropy is not computed as log Z − the target's logit: torch's log-sum-exp is a chain of
-whole-logits operations (max, subtract, exp, sum, log) and its backward three more, where the
-cross-entropy is one kernel each way — on a GPU the logits of 32 members of `model=small` at batch 32
-are 2 GB in float32, and that chain cost the stack three times a run alone's head (docs/performance.md).
+whole-logits operations (max, subtract, exp, sum) and its backward three more (subtract, exp, multiply),
+with the target's gather and the sum of the two gradients on top — 16 logits-sized reads and writes a
+step where the cross-entropy needs 6 (one log-softmax kernel each way). The float32 logits of 32 members
+of `model=small` at batch 32 are 2.1 GB (docs/performance.md, "Where a stacked step's arithmetic goes").
 """
 
 from __future__ import annotations
