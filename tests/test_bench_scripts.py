@@ -370,3 +370,4 @@ def test_gpu_checks_profile_part_runs_dry_on_the_cpu(repo_root, tmp_path):
     rows = [line.split("|") for line in table.splitlines() if line.startswith("| `aten::")]
     assert len(rows) == 18 and all(float(r[2]) > 0 for r in rows)
     assert "| operator calls |" in table and "| ms (CPU time) |" in table
+    assert table.count("| matrix products |") == 3  # the families: a stack's kernels are named otherwise

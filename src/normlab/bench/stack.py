@@ -305,6 +305,14 @@ def run_profile(args: argparse.Namespace) -> dict[str, Any]:
     from normlab.bench.stack_profile import tables
 
     model, members, _, batch, _, _ = DEFAULTS["cuda"]  # the GPU benchmark's shape
+
+    def show(found: dict[str, Any]) -> None:  # each kind as it ends: a run cut off keeps what it measured
+        kind = list(found["kinds"])[-1]
+        print(tables(found, [kind], header=len(found["kinds"]) == 1), flush=True)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "profile.md").write_text(tables(found) + "\n")
+
     out = profile(
         args.device,
         int(args.members or members),
@@ -314,11 +322,8 @@ def run_profile(args: argparse.Namespace) -> dict[str, Any]:
         args.profile_steps,
         args.top,
         args.overrides,
+        on_kind=show,
     )
-    print(tables(out), flush=True)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "profile.md").write_text(tables(out) + "\n")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return out

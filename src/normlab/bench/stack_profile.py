@@ -27,13 +27,18 @@ after it, flushing its row to the host, as it does every `train.flush_every` ste
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 KINDS = ("steady", "probed", "probed+rank")
+# the synthetic corpus the windows come from, smaller than data=synthetic's default so that it is made in
+# seconds on a fresh machine; the shapes (the model's vocabulary: model.vocab_size) are the benchmark's
+SMALL_CORPUS = ("data.n_train_stories=2000", "data.n_val_stories=200")
 
 
 def kinds_of_steps(metrics: dict[str, Any], count: int) -> dict[str, list[int]]:
@@ -122,6 +127,38 @@ def profile_kind(runner: Any, steps: list[int], device: str) -> dict[str, Any]:
     }
 
 
+# kernel / operator families, first match wins: a stack's batched kernels and a run alone's differ in name
+FAMILIES = (
+    ("eigensolver", r"syev|eigh|stedc|sytrd|ormtr|larf|cusolver|geqrf|lapack"),
+    ("attention", r"flash|fmha|attention|sdpa|efficient_attention"),
+    ("matrix products", r"gemm|xmma|cutlass|cublas|matmul|\bmm\b|addmm|bmm|sm\d\d_"),
+    ("log-softmax, cross-entropy", r"softmax|nll_loss|cross_entropy|logsumexp"),
+    ("norms", r"layer_norm|layernorm|rms_norm|batch_norm|vector_norm|\bnorm"),
+    ("optimizer", r"adam"),
+    ("copies, fills", r"copy|memcpy|memset|fill|zero|cat\b|index|gather|scatter|embedding"),
+    ("other elementwise, reductions", r"."),
+)
+
+
+def family(name: str) -> str:
+    return next(f for f, pattern in FAMILIES if re.search(pattern, name, re.IGNORECASE))
+
+
+def by_family(found: dict[str, Any], members: int) -> list[dict[str, Any]]:
+    """The stack's and S × the run alone's time and calls per family (FAMILIES)."""
+    sums: dict[str, list[float]] = {f: [0.0, 0.0, 0.0, 0.0] for f, _ in FAMILIES}
+    for side, scale, offset in (("stack", 1, 0), ("alone", members, 2)):
+        for name, (ms, count) in found[side].items():
+            row = sums[family(name)]
+            row[offset] += ms * scale
+            row[offset + 1] += count
+    return [
+        {"family": f, "stack_ms": v[0], "stack_calls": v[1], "alone_ms_x_members": v[2], "alone_calls": v[3]}
+        for f, v in sums.items()
+        if v[0] or v[2]
+    ]
+
+
 def compare(stack: dict[str, Any], alone: dict[str, Any], members: int, top: int) -> list[dict[str, Any]]:
     """The `top` names by the stack's time, each with S × the run alone's time and count."""
     rows = []
@@ -151,8 +188,10 @@ def run_profile(
     steps: int,
     top: int,
     overrides: list[str],
+    on_kind: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Profile a run alone and a stack of `members` at `model`, `batch` on `device` (see the docstring)."""
+    """Profile a run alone and a stack of `members` at `model`, `batch` on `device` (see the docstring);
+    `on_kind(result so far)` after each kind of step (a run cut off by its time limit keeps those)."""
     import torch
     from omegaconf import OmegaConf
 
@@ -173,10 +212,13 @@ def run_profile(
         "logger=none",
         f"train.device={device}",
         f"train.max_steps={10**6}",
+        *SMALL_CORPUS,
         *overrides,
     ]
-    cfgs = [checked(OmegaConf.create(compose_config([*settings, f"seed={s}"]))) for s in range(members)]
-    corpus = run_corpus(cfgs[0], progress=False)
+    begin = time.perf_counter()
+    first = checked(OmegaConf.create(compose_config([*settings, "seed=0"])))
+    cfgs = [{**first, "seed": s} for s in range(members)]  # what differs between the members: the seed
+    corpus = run_corpus(first, progress=False)
     kinds = kinds_of_steps(cfgs[0]["metrics"], steps)
     path = head if head != "auto" else ("fused" if device == "cpu" else "plain")
     out: dict[str, Any] = {
@@ -194,6 +236,7 @@ def run_profile(
             n: Runner(Config(path, n), cfgs, corpus, Path(tmp), device=device, histograms=False)
             for n in (0, members)
         }
+        out["setup_s"] = time.perf_counter() - begin
         for kind in KINDS:
             alone = profile_kind(runners[0], kinds[kind], device)
             stack = profile_kind(runners[members], kinds[kind], device)
@@ -202,22 +245,28 @@ def run_profile(
                 "alone": {k: v for k, v in alone.items() if k != "by_name"},
                 "stack": {k: v for k, v in stack.items() if k != "by_name"},
                 "top": compare(stack, alone, members, top),
+                "families": by_family({"stack": stack["by_name"], "alone": alone["by_name"]}, members),
                 "alone_top": compare(alone, alone, 1, top),
             }
+            if on_kind is not None:
+                on_kind(out)
     return out
 
 
-def tables(result: dict[str, Any]) -> str:
-    """The result as Markdown: per kind of step, the totals and the top names."""
+def tables(result: dict[str, Any], kinds: list[str] | None = None, header: bool = True) -> str:
+    """The result as Markdown: per kind of step (`kinds`, default all), the totals and the top names."""
     s = result["members"]
     unit = "kernel" if result["device"] != "cpu (one thread)" else "operator"
     clock = "wall, synchronised" if unit == "kernel" else "CPU time"
-    lines = [
-        f"{result['device']}: a stack of {s} × model={result['model']} against one run alone, batch "
-        f"{result['batch']}, head {result['head']}, {result['steps']} steps of each kind profiled "
-        f"({' '.join(result['overrides'])})",
-    ]
-    for kind, found in result["kinds"].items():
+    lines = []
+    if header:
+        lines.append(
+            f"{result['device']}: a stack of {s} × model={result['model']} against one run alone, batch "
+            f"{result['batch']}, head {result['head']}, {result['steps']} steps of each kind profiled "
+            f"({' '.join(result['overrides'])}; set-up {result['setup_s']:.0f} s)"
+        )
+    for kind in kinds or list(result["kinds"]):
+        found = result["kinds"][kind]
         a, st = found["alone"], found["stack"]
         lines += [
             "",
@@ -231,6 +280,18 @@ def tables(result: dict[str, Any]) -> str:
             f"{st['device_ms_per_step'] / (s * a['device_ms_per_step']):.3f} |",
             f"| {unit} calls | {a['launches_per_step']:.0f} | {st['launches_per_step']:.0f} | "
             f"({st['launches_per_step'] / a['launches_per_step']:.2f} × alone's) |",
+            "",
+            f"| family | stack ms | calls | {s} × alone ms | alone calls | stack / ({s} × alone) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in found["families"]:
+            ratio = row["stack_ms"] / row["alone_ms_x_members"] if row["alone_ms_x_members"] else None
+            lines.append(
+                f"| {row['family']} | {row['stack_ms']:.3f} | {row['stack_calls']:.0f} | "
+                f"{row['alone_ms_x_members']:.3f} | {row['alone_calls']:.0f} | "
+                + (f"{ratio:.2f} |" if ratio is not None else "(stack only) |")
+            )
+        lines += [
             "",
             f"| {unit} | stack ms | calls | {s} × alone ms | alone calls | stack / ({s} × alone) |",
             "|---|---|---|---|---|---|",
