@@ -102,11 +102,13 @@ def val_rows(val_losses: dict[int, float]) -> list[dict]:
     return [{"step": step, "val_loss": val_losses[step]} for step in sorted(val_losses)]
 
 
-def noise_floor(norm: str, placement: str, cfg: dict, train, val, alone) -> float:
+def noise_floor(norm: str, placement: str, cfg: dict, train, val, alone, fused_head=None) -> float:
     """How far this run alone (`alone`: its rows and result, on one thread) drifts from itself run on two
     threads from initial weights one ulp away."""
     rows, result = alone
-    again, again_result, _ = train_alone(norm, placement, cfg, train, val, threads=2, ulp=True)
+    again, again_result, _ = train_alone(
+        norm, placement, cfg, train, val, threads=2, ulp=True, fused_head=fused_head
+    )
     return max(
         drift(rows.rows, again.rows), drift(val_rows(result.val_losses), val_rows(again_result.val_losses))
     )
@@ -159,18 +161,26 @@ MEMBERS = [
 ]
 
 
-def check_members(norm: str, placement: str, common: dict, members: list[dict] = MEMBERS, alone_members=None):
+def check_members(
+    norm: str,
+    placement: str,
+    common: dict,
+    members: list[dict] = MEMBERS,
+    alone_members=None,
+    fused_head: bool | None = None,
+):
     """Train `members` stacked and each alone (`alone_members`: the runs alone, where a test makes them
-    differ); returns, per member, (its problems, its drift from its run alone, the noise floor)."""
+    differ), both with the head path `fused_head` (None: the CPU's fused head; False: the GPU's plain one);
+    returns, per member, (its problems, its drift from its run alone, the noise floor)."""
     cfgs = [member_config(norm, placement, m, common) for m in members]
     alone_cfgs = [member_config(norm, placement, m, common) for m in (alone_members or members)]
     train, val = tokens(), tokens(1000, seed=1)
-    collectors, results, _, ended = train_stacked(norm, placement, cfgs, train, val)
+    collectors, results, _, ended = train_stacked(norm, placement, cfgs, train, val, fused_head=fused_head)
     out = []
     for m, cfg in enumerate(alone_cfgs):
-        alone, result, _ = train_alone(norm, placement, cfg, train, val)
+        alone, result, _ = train_alone(norm, placement, cfg, train, val, fused_head=fused_head)
         assert ended[m][0].status == result.status == "completed"
-        noise = noise_floor(norm, placement, cfg, train, val, (alone, result))
+        noise = noise_floor(norm, placement, cfg, train, val, (alone, result), fused_head)
         problems = compare(alone.rows, collectors[m].rows, tolerance(noise), batchnorm=norm == "bn")
         assert set(result.val_losses) == set(results[m].val_losses)
         vals = drift(val_rows(result.val_losses), val_rows(results[m].val_losses))
@@ -181,9 +191,18 @@ def check_members(norm: str, placement: str, common: dict, members: list[dict] =
     return out
 
 
-def check_pair(norm: str, placement: str, common: dict) -> None:
-    for problems, _, _ in check_members(norm, placement, common):
+def check_pair(norm: str, placement: str, common: dict, fused_head: bool | None = None) -> None:
+    for problems, _, _ in check_members(norm, placement, common, fused_head=fused_head):
         assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize(
+    ("norm", "placement"), [("ln", "pre"), pytest.param("rms", "post", marks=pytest.mark.slow)]
+)
+def test_every_member_logs_what_its_run_alone_logs_through_the_gpus_head(norm, placement):
+    """The GPU's head path (the members' logits materialised, torch's cross-entropy on them), forced on the
+    CPU for the stack and for each run alone: the same rows within the same measured tolerance."""
+    check_pair(norm, placement, FAST, fused_head=False)
 
 
 @pytest.mark.parametrize(("norm", "placement"), valid_pairs())
