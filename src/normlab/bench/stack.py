@@ -4,6 +4,7 @@
     python scripts/bench_stack.py                       # CPU: 4 seeds of model=tiny, 200 steps
     python scripts/bench_stack.py --device cuda         # GPU: 32 seeds of model=small, probes on
     python scripts/bench_stack.py --host                # host work per step: normlab.bench.stack_host
+    python scripts/bench_stack.py --profile --device cuda   # where a stacked step's time goes: .stack_profile
 
 Every mode is the real command, `python -m normlab -m seed=0,…,S-1 … hydra/launcher=…` (one-at-a-time is
 `hydra/launcher=basic` over the first `--alone-runs` jobs of the same sweep), with the default metrics
@@ -299,36 +300,6 @@ def run_host(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def run_profile(args: argparse.Namespace) -> dict[str, Any]:
-    """`--profile`: normlab.bench.stack_profile's tables, printed and (with --out) written."""
-    from normlab.bench.stack_profile import run_profile as profile
-    from normlab.bench.stack_profile import tables
-
-    model, members, _, batch, _, _ = DEFAULTS["cuda"]  # the GPU benchmark's shape
-
-    def show(found: dict[str, Any]) -> None:  # each kind as it ends: a run cut off keeps what it measured
-        kind = list(found["kinds"])[-1]
-        print(tables(found, [kind], header=len(found["kinds"]) == 1), flush=True)
-        if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "profile.md").write_text(tables(found) + "\n")
-
-    out = profile(
-        args.device,
-        int(args.members or members),
-        args.model or model,
-        args.batch or batch,
-        args.head,
-        args.profile_steps,
-        args.top,
-        args.overrides,
-        on_kind=show,
-    )
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
-    return out
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -393,7 +364,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.host:
         return run_host(args)
     if args.profile:
-        return run_profile(args)
+        from normlab.bench.stack_profile import from_args
+
+        return from_args(args, DEFAULTS["cuda"])
     model, members, steps, batch, joblib_jobs, alone_runs = DEFAULTS[args.device]
     args.model = args.model or model
     args.members = int(args.members or members)

@@ -27,6 +27,7 @@ after it, flushing its row to the host, as it does every `train.flush_every` ste
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 import time
@@ -303,3 +304,31 @@ def tables(result: dict[str, Any], kinds: list[str] | None = None, header: bool 
                 f"{row['alone_ms_x_members']:.3f} | {row['alone_count']:.0f} | {ratio} |"
             )
     return "\n".join(lines)
+
+
+def from_args(args: Any, shape: tuple[Any, ...]) -> dict[str, Any]:
+    """`scripts/bench_stack.py --profile`: the tables printed (and OUT/profile.md rewritten) as each kind of
+    step ends, everything in --json; `shape` is the GPU benchmark's (model, members, steps, batch, …)."""
+    model, members, _, batch = shape[:4]
+
+    def show(found: dict[str, Any]) -> None:  # each kind as it ends: a run cut off keeps what it measured
+        kind = list(found["kinds"])[-1]
+        print(tables(found, [kind], header=len(found["kinds"]) == 1), flush=True)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "profile.md").write_text(tables(found) + "\n")
+
+    out = run_profile(
+        args.device,
+        int(args.members or members),
+        args.model or model,
+        args.batch or batch,
+        args.head,
+        args.profile_steps,
+        args.top,
+        args.overrides,
+        on_kind=show,
+    )
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return out
