@@ -6,14 +6,20 @@
 #      as one stack, and as one compiled stack (CUDA graphs)          → "Many runs on one device"
 #   3. tests/test_gpu.py: no host sync in a steady compiled step, no float32 logits, bf16 learns, NCCL
 #   4. finding 5's norm share (norm_share.json, which the finding reads) and the effective-rank cost
+#   5. scripts/bench_stack.py --profile (not in the default PARTS): torch.profiler of a 32-member stack of
+#      model=small against one run alone, steady / probed / probed+rank steps, the top kernels by CUDA time
+#      and the kernel launches per step → profile.md            → docs/performance.md "On a GPU, after issue 36"
 #
 #     NANOGPT=PATH OUT=DIR bash scripts/gpu_checks.sh
 #     PARTS=stack DEVICE=cpu STACK_MEMBERS=2 STACK_STEPS=3 STACK_JOBLIB=2 STACK_MODES=alone,stacked,joblib \
 #         bash scripts/gpu_checks.sh                        # the stack part's dry run on a CPU (tests/test_bench_scripts.py)
+#     OUT=DIR PARTS=profile bash scripts/gpu_checks.sh      # the stacked step's kernels (≤ 90 s: T_PROFILE)
+#     PARTS=profile DEVICE=cpu PROFILE_MEMBERS=2 PROFILE_BATCH=2 PROFILE_ARGS="--model tiny depth=1" \
+#         bash scripts/gpu_checks.sh                        # its dry run on a CPU (tests/test_bench_scripts.py)
 #
 # NANOGPT is a nanoGPT checkout (or a folder with its model.py), needed by part 1 only; OUT receives the JSON
-# files and logs; PARTS picks parts (gpu,stack,test,share; default all). Each part has its own time limit
-# (T_GPU, T_STACK, T_TEST, T_SHARE, T_RANK seconds), the most important first, so one that hangs cannot take
+# files and logs; PARTS picks parts (gpu,stack,test,share,profile; default gpu,stack,test,share). Each part has its own time limit
+# (T_GPU, T_STACK, T_TEST, T_SHARE, T_RANK, T_PROFILE seconds), the most important first, so one that hangs cannot take
 # the others' time; the stack part also limits each of its modes (T_MODE) and prints its table as each mode
 # ends, so a cut-off run keeps what it measured. A folder .whl/ of wheels, when there is one, is installed
 # first into a temporary folder (for machines without a package index).
@@ -57,5 +63,13 @@ if part share; then
     elapsed "4. norm share, embedding rank"
     timeout "${T_SHARE:-40}" python3 -m normlab.bench.norm_share --device cuda --json "$OUT/norm_share.json" 2>&1 | tail -6
     timeout "${T_RANK:-25}" python3 scripts/bench_embedding_rank.py --device cuda --presets small,gpt2 --repeats 10 2>&1 | tail -6
+fi
+if part profile; then
+    # 32 × model=small, batch 32, probes on: ~10 s to build, 3 kinds × 7 steps of each trainer, the traces' parsing
+    elapsed "5. bench_stack --profile"
+    # shellcheck disable=SC2086 # PROFILE_ARGS: more arguments, split on purpose
+    timeout "${T_PROFILE:-90}" python3 scripts/bench_stack.py --profile --device "$DEVICE" \
+        --members "${PROFILE_MEMBERS:-32}" --batch "${PROFILE_BATCH:-32}" --profile-steps "${PROFILE_STEPS:-3}" \
+        --top "${PROFILE_TOP:-25}" --out "$OUT" ${PROFILE_ARGS:-} 2>&1 | grep -v "^USDT\|^STAGE:" | tail -120
 fi
 elapsed "done"

@@ -48,18 +48,21 @@ def member_config(
     return cfg
 
 
-def train_alone(norm, placement, cfg, train_tokens, val_tokens, depth=2, d=16, threads=None, ulp=False):
-    """The run alone; on `threads` torch threads (then set back), from initial weights one ulp off (`ulp`)."""
+def train_alone(
+    norm, placement, cfg, train_tokens, val_tokens, depth=2, d=16, threads=None, ulp=False, fused_head=None
+):
+    """The run alone; on `threads` torch threads (then set back), from initial weights one ulp off (`ulp`);
+    `fused_head` its head's path (None: the CPU's)."""
     before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _train_alone(norm, placement, cfg, train_tokens, val_tokens, depth, d, ulp)
+        return _train_alone(norm, placement, cfg, train_tokens, val_tokens, depth, d, ulp, fused_head)
     finally:
         torch.set_num_threads(before)
 
 
-def _train_alone(norm, placement, cfg, train_tokens, val_tokens, depth, d, ulp):
+def _train_alone(norm, placement, cfg, train_tokens, val_tokens, depth, d, ulp, fused_head=None):
     model = build_model(norm, placement, cfg["seed"], depth, d, ulp=ulp)
     trainer = config_trainer(
         model,
@@ -73,16 +76,23 @@ def _train_alone(norm, placement, cfg, train_tokens, val_tokens, depth, d, ulp):
         seed=cfg["seed"],
         spikes=cfg["spikes"],
         divergence=cfg["divergence"],
+        fused_head=fused_head,
     )
     rows = RowCollector()
     result = trainer.fit([rows])
     return rows, result, trainer
 
 
-def train_stacked(norm, placement, cfgs, train_tokens, val_tokens, depth=2, d=16):
+def train_stacked(norm, placement, cfgs, train_tokens, val_tokens, depth=2, d=16, fused_head=None):
     models = [build_model(norm, placement, c["seed"], depth, d) for c in cfgs]
     trainer = StackedTrainer(
-        models, cfgs, train_tokens, val_tokens, torch.device("cpu"), histograms=[True] * len(cfgs)
+        models,
+        cfgs,
+        train_tokens,
+        val_tokens,
+        torch.device("cpu"),
+        histograms=[True] * len(cfgs),
+        fused_head=fused_head,
     )
     collectors = [RowCollector() for _ in cfgs]
     ended: dict[int, Any] = {}

@@ -315,3 +315,59 @@ def test_gpu_checks_stack_part_runs_dry_on_the_cpu(repo_root, tmp_path):
     table = {row["mode"]: row for row in json.loads((tmp_path / "stack_gpu.json").read_text())["table"]}
     assert set(table) == {"one at a time", "stacked n_jobs=1", "joblib n_jobs=2"}
     assert all(row["tokens_per_s"] > 0 for row in table.values())
+
+
+def test_stack_profile_picks_each_kind_of_step():
+    """Steady steps in a row between two instrumented ones, probed ones without the rank, probed+rank ones
+    among the dense steps (metrics.every=10, dense_until=20, rank_every=10: the rank at 0–20 and every 100)."""
+    from normlab.bench.stack_profile import kinds_of_steps
+    from normlab.metrics.instruments import InstrumentConfig
+
+    metrics = {"every": 10, "dense_until": 20, "rank_every": 10}
+    kinds = kinds_of_steps(metrics, 3)
+    assert kinds == {"steady": [31, 32, 33, 34], "probed": [30, 40, 50, 60], "probed+rank": [1, 2, 3, 4]}
+    cfg = InstrumentConfig.from_config(metrics)
+    assert not any(cfg.instrumented(s) for s in kinds["steady"])
+    assert all(cfg.instrumented(s) and not cfg.rank(s) for s in kinds["probed"])
+    assert all(cfg.rank(s) for s in kinds["probed+rank"])
+    assert kinds_of_steps({"every": 50, "dense_until": 4, "rank_every": 2}, 3)["probed"] == [
+        50,
+        150,
+        250,
+        350,
+    ]
+    with pytest.raises(ValueError, match="rank_every"):
+        kinds_of_steps({"every": 10, "dense_until": 20, "rank_every": 1}, 3)
+    with pytest.raises(ValueError, match="metrics.every"):
+        kinds_of_steps({"every": 3, "dense_until": 20}, 3)
+
+
+def test_gpu_checks_profile_part_runs_dry_on_the_cpu(repo_root, tmp_path):
+    """scripts/gpu_checks.sh's profile part (bench_stack.py --profile), on the CPU at a tiny size: a stack of
+    2 against a run alone, each kind of step, the top operators with the stack's time beside 2 × the run
+    alone's, written to OUT/profile.md (on a GPU: kernels by CUDA time, and the launches per step)."""
+    env = {
+        **os.environ,
+        "PARTS": "profile",
+        "DEVICE": "cpu",
+        "OUT": str(tmp_path),
+        "PROFILE_MEMBERS": "2",
+        "PROFILE_BATCH": "2",
+        "PROFILE_STEPS": "2",
+        "PROFILE_TOP": "6",
+        "PROFILE_ARGS": "--model tiny depth=1 data.vocab_size=260 train.seq_len=8 data.n_train_stories=200",
+    }
+    proc = subprocess.run(
+        ["bash", "scripts/gpu_checks.sh"], cwd=repo_root, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = (tmp_path / "profile.md").read_text()
+    for kind in ("steady steps (32, 33)", "probed steps (40, 50)", "probed+rank steps (2, 3)"):
+        assert f"### {kind}" in table, table
+    assert (
+        table.count("| operator | stack ms | calls | 2 × alone ms | alone calls | stack / (2 × alone) |") == 3
+    )
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| `aten::")]
+    assert len(rows) == 18 and all(float(r[2]) > 0 for r in rows)
+    assert "| operator calls |" in table and "| ms (CPU time) |" in table
+    assert table.count("| matrix products |") == 3  # the families: a stack's kernels are named otherwise

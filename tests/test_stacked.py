@@ -102,11 +102,13 @@ def val_rows(val_losses: dict[int, float]) -> list[dict]:
     return [{"step": step, "val_loss": val_losses[step]} for step in sorted(val_losses)]
 
 
-def noise_floor(norm: str, placement: str, cfg: dict, train, val, alone) -> float:
+def noise_floor(norm: str, placement: str, cfg: dict, train, val, alone, fused_head=None) -> float:
     """How far this run alone (`alone`: its rows and result, on one thread) drifts from itself run on two
     threads from initial weights one ulp away."""
     rows, result = alone
-    again, again_result, _ = train_alone(norm, placement, cfg, train, val, threads=2, ulp=True)
+    again, again_result, _ = train_alone(
+        norm, placement, cfg, train, val, threads=2, ulp=True, fused_head=fused_head
+    )
     return max(
         drift(rows.rows, again.rows), drift(val_rows(result.val_losses), val_rows(again_result.val_losses))
     )
@@ -159,18 +161,26 @@ MEMBERS = [
 ]
 
 
-def check_members(norm: str, placement: str, common: dict, members: list[dict] = MEMBERS, alone_members=None):
+def check_members(
+    norm: str,
+    placement: str,
+    common: dict,
+    members: list[dict] = MEMBERS,
+    alone_members=None,
+    fused_head: bool | None = None,
+):
     """Train `members` stacked and each alone (`alone_members`: the runs alone, where a test makes them
-    differ); returns, per member, (its problems, its drift from its run alone, the noise floor)."""
+    differ), both with the head path `fused_head` (None: the CPU's fused head; False: the GPU's plain one);
+    returns, per member, (its problems, its drift from its run alone, the noise floor)."""
     cfgs = [member_config(norm, placement, m, common) for m in members]
     alone_cfgs = [member_config(norm, placement, m, common) for m in (alone_members or members)]
     train, val = tokens(), tokens(1000, seed=1)
-    collectors, results, _, ended = train_stacked(norm, placement, cfgs, train, val)
+    collectors, results, _, ended = train_stacked(norm, placement, cfgs, train, val, fused_head=fused_head)
     out = []
     for m, cfg in enumerate(alone_cfgs):
-        alone, result, _ = train_alone(norm, placement, cfg, train, val)
+        alone, result, _ = train_alone(norm, placement, cfg, train, val, fused_head=fused_head)
         assert ended[m][0].status == result.status == "completed"
-        noise = noise_floor(norm, placement, cfg, train, val, (alone, result))
+        noise = noise_floor(norm, placement, cfg, train, val, (alone, result), fused_head)
         problems = compare(alone.rows, collectors[m].rows, tolerance(noise), batchnorm=norm == "bn")
         assert set(result.val_losses) == set(results[m].val_losses)
         vals = drift(val_rows(result.val_losses), val_rows(results[m].val_losses))
@@ -181,9 +191,18 @@ def check_members(norm: str, placement: str, common: dict, members: list[dict] =
     return out
 
 
-def check_pair(norm: str, placement: str, common: dict) -> None:
-    for problems, _, _ in check_members(norm, placement, common):
+def check_pair(norm: str, placement: str, common: dict, fused_head: bool | None = None) -> None:
+    for problems, _, _ in check_members(norm, placement, common, fused_head=fused_head):
         assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize(
+    ("norm", "placement"), [("ln", "pre"), pytest.param("rms", "post", marks=pytest.mark.slow)]
+)
+def test_every_member_logs_what_its_run_alone_logs_through_the_gpus_head(norm, placement):
+    """The GPU's head path (the members' logits materialised, torch's cross-entropy on them), forced on the
+    CPU for the stack and for each run alone: the same rows within the same measured tolerance."""
+    check_pair(norm, placement, FAST, fused_head=False)
 
 
 @pytest.mark.parametrize(("norm", "placement"), valid_pairs())
@@ -373,26 +392,54 @@ def test_jobs_that_share_a_graph_are_grouped():
     assert "seed" in MEMBER_KEYS and "optim.lr" in MEMBER_KEYS
 
 
-def test_the_plain_stacked_head_is_the_fused_one():
-    """The GPU's path (batched logits, one log-sum-exp) and the CPU's (each member's fused chunked head) give
-    the same objective, cross-entropy and logit statistics, each member with its own z-loss."""
+@pytest.mark.parametrize("z", [[0.0, 1e-3, 1e-1], [0.0, 0.0, 0.0]])
+def test_the_plain_stacked_head_is_the_fused_one(z):
+    """The GPU's path (batched logits, torch's cross-entropy) and the CPU's (each member's fused chunked head)
+    give the same objective, cross-entropy and logit statistics, each member with its own z-loss, and the
+    same gradients as each member's run alone on its materialised logits."""
+    from normlab.train.head_loss import objective
     from normlab.train.stacked.head import StackedHead
 
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(3, 2, 5, 8, generator=g)
     weight = torch.randn(3, 11, 8, generator=g)
     y = torch.randint(0, 11, (3, 2, 5), generator=g)
-    z = [0.0, 1e-3, 1e-1]
     fused = StackedHead(z, fused=True, device=torch.device("cpu"))(hidden, weight, y, stats=True)
-    plain = StackedHead(z, fused=False, device=torch.device("cpu"))(hidden, weight, y, stats=True)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    plain = StackedHead(z, fused=False, device=torch.device("cpu"))(h, w, y, stats=True)
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    # member by member, the single run's objective on materialised logits
-    from normlab.train.head_loss import objective
-
+    plain[0].sum().backward()
+    # member by member, the single run's objective on materialised logits, and its gradients
     for m in range(3):
-        total, ce = objective(hidden[m] @ weight[m].T, y[m], z[m])
+        hm, wm = hidden[m].clone().requires_grad_(), weight[m].clone().requires_grad_()
+        total, ce = objective(hm @ wm.T, y[m], z[m])
+        total.backward()
         torch.testing.assert_close(plain[0][m], total, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(plain[1][m], ce, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(h.grad[m], hm.grad, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(w.grad[m], wm.grad, rtol=1e-5, atol=1e-7)
     shared = StackedHead(z, fused=False, device=torch.device("cpu"))(hidden, weight, y[0])
     torch.testing.assert_close(shared[1][0], plain[1][0])  # evaluation: one batch for every member
+
+
+@pytest.mark.parametrize(
+    ("z", "stats", "expected"), [(0.0, False, False), (0.0, True, True), (1e-3, False, True)]
+)
+def test_the_plain_stacked_head_takes_a_log_sum_exp_only_where_a_run_alone_does(z, stats, expected):
+    """Without z-loss or the logits' statistics a run alone's plain head is torch's cross-entropy alone (one
+    fused log-softmax each way); the stack's is too — a log-sum-exp is a chain of whole-logits passes, each
+    way, which cost the stacked step on a GPU (docs/performance.md)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from normlab.train.stacked.head import StackedHead
+
+    hidden = torch.randn(2, 2, 4, 8, requires_grad=True)
+    weight = torch.randn(2, 11, 8, requires_grad=True)
+    y = torch.randint(0, 11, (2, 2, 4))
+    head = StackedHead([z, z], fused=False, device=torch.device("cpu"))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        head(hidden, weight, y, stats=stats)[0].sum().backward()
+    ops = {e.key for e in prof.key_averages()}
+    assert "aten::_log_softmax" in ops and "aten::_log_softmax_backward_data" in ops
+    assert ("aten::logsumexp" in ops) == expected, sorted(ops)

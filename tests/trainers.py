@@ -35,11 +35,13 @@ def config_trainer(
     train: dict[str, Any] | None = None,
     optim: dict[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
+    fused_head: bool | None = None,
     **top: Any,
 ) -> Trainer:
     """A CPU Trainer for `model` (a normlab GPT) from the default config with these train / optim / metrics
     keys changed and the model's norm and placement;
-    `top` replaces top-level values (schedule={"name": "constant"}, warmup_steps=0, seed=1, ...)."""
+    `top` replaces top-level values (schedule={"name": "constant"}, warmup_steps=0, seed=1, ...);
+    `fused_head` the head's path (None: the CPU's fused head; False: the GPU's plain one)."""
     cfg = default_config()
     # the model's own variant, which metrics.model_update=auto asks about
     cfg["norm"]["name"], cfg["placement"]["name"] = model.norm_name, model.placement
@@ -47,7 +49,7 @@ def config_trainer(
         cfg[group].update(changes or {})
     cfg.update(top)
     val = train_tokens if val_tokens is None else val_tokens
-    return Trainer.from_config(cfg, model, train_tokens, val, torch.device("cpu"))
+    return Trainer.from_config(cfg, model, train_tokens, val, torch.device("cpu"), fused_head=fused_head)
 
 
 class RowCollector(Callback):

@@ -4,6 +4,7 @@
     python scripts/bench_stack.py                       # CPU: 4 seeds of model=tiny, 200 steps
     python scripts/bench_stack.py --device cuda         # GPU: 32 seeds of model=small, probes on
     python scripts/bench_stack.py --host                # host work per step: normlab.bench.stack_host
+    python scripts/bench_stack.py --profile --device cuda   # where a stacked step's time goes: .stack_profile
 
 Every mode is the real command, `python -m normlab -m seed=0,…,S-1 … hydra/launcher=…` (one-at-a-time is
 `hydra/launcher=basic` over the first `--alone-runs` jobs of the same sweep), with the default metrics
@@ -348,10 +349,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--blocks", type=int, default=6, help="--host: blocks of every configuration")
     p.add_argument("--heads", default="fused,plain", help="--host: head paths, fused and/or plain")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="torch.profiler of a stack of --members (default 32) × --model (small), --batch (32) against a run "
+        "alone: steady and probed steps, top kernels / operators (normlab.bench.stack_profile)",
+    )
+    p.add_argument("--head", default="auto", help="--profile: fused, plain or auto (the device's)")
+    p.add_argument("--profile-steps", type=int, default=3, help="--profile: steps of each kind profiled")
+    p.add_argument("--top", type=int, default=25, help="--profile: kernels / operators listed per kind")
+    p.add_argument("--out", type=Path, default=None, help="--profile: write the tables to OUT/profile.md")
     p.add_argument("overrides", nargs="*", help="more Hydra overrides for every run")
     args = p.parse_args(argv)
     if args.host:
         return run_host(args)
+    if args.profile:
+        from normlab.bench.stack_profile import from_args
+
+        return from_args(args, DEFAULTS["cuda"])
     model, members, steps, batch, joblib_jobs, alone_runs = DEFAULTS[args.device]
     args.model = args.model or model
     args.members = int(args.members or members)

@@ -62,7 +62,15 @@ class Config:
 class Runner:
     """One configuration, ready to train `steps` more steps through the real loop."""
 
-    def __init__(self, config: Config, cfgs: list[dict], corpus: Any, workdir: Path) -> None:
+    def __init__(
+        self,
+        config: Config,
+        cfgs: list[dict],
+        corpus: Any,
+        workdir: Path,
+        device: str = "cpu",
+        histograms: bool | None = None,
+    ) -> None:
         import torch
         from hydra.utils import instantiate
 
@@ -70,22 +78,34 @@ class Runner:
         from normlab.train.loop import Trainer
         from normlab.train.stacked.trainer import StackedTrainer
 
-        device = torch.device("cpu")
+        where = torch.device(device)
         fused = config.head == "fused"
         size = max(config.members, 1)
 
         def model(cfg: dict) -> torch.nn.Module:
             torch.manual_seed(cfg["seed"])
-            return instantiate(cfg["model"])
+            return instantiate(cfg["model"]).to(where)
 
         members = cfgs[:size]
         if config.members == 0:
             self.trainer: Any = Trainer.from_config(
-                members[0], model(members[0]), corpus.train, corpus.val, device, fused_head=fused
+                members[0],
+                model(members[0]),
+                corpus.train,
+                corpus.val,
+                where,
+                fused_head=fused,
+                histograms=True if histograms is None else histograms,
             )
         else:
             self.trainer = StackedTrainer(
-                [model(c) for c in members], members, corpus.train, corpus.val, device, fused_head=fused
+                [model(c) for c in members],
+                members,
+                corpus.train,
+                corpus.val,
+                where,
+                fused_head=fused,
+                histograms=None if histograms is None else [histograms] * size,
             )
         folder = workdir / f"{config.head}-{config.members}"
         folder.mkdir(parents=True, exist_ok=True)
