@@ -68,6 +68,20 @@ def threads_for_job(requested: int | None) -> int | None:
 
 # launchers that run a sweep's jobs at the same time, each in its own process sharing the terminal
 PARALLEL_LAUNCHERS = ("joblib", "submitit_local")
+# launchers whose job processes run one job (or one stack) and end (normlab.sweeps.worker): the run keeps
+# its settled handler until the process exits, so a signal the parent passes on after the run ended (a
+# second Ctrl-C) is said and ignored instead of abandoning the finished job's answer to the parent
+ONE_JOB_PROCESS_LAUNCHERS = ("joblib", "stacked")
+
+
+def keeps_signals() -> bool:
+    """Whether this job's run keeps its settled handler until its process ends: a single run's command, or a
+    job in a process of its own; not a job of the basic launcher, whose handler must come back between
+    jobs, nor submitit's, whose handler must take a requeue signal handed back after the run."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return True
+    return hydra_cfg.runtime.choices.get("hydra/launcher") in ONE_JOB_PROCESS_LAUNCHERS
 
 
 def parallel_sweep() -> bool:
@@ -106,7 +120,7 @@ def run_hydra_job(cfg: DictConfig) -> float | None:
             dist=distributed.current(),
             step_time=not multirun,  # a sweep's jobs do not each need telling
             side_by_side=parallel_sweep(),  # its sweep prints one progress line for all its running jobs
-            keep_signals=not multirun,  # in a sweep the launcher's handlers come back between jobs
+            keep_signals=keeps_signals(),
         )
     try:
         summary = run.execute()

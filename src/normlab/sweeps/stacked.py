@@ -245,7 +245,9 @@ def run_group(
         if k == len(jobs):
             with _also_logged_to(log_files[:-1]):
                 threads = threads_per_stack(int(OmegaConf.select(config, "hydra.launcher.n_jobs") or 1))
-                for member, value in zip(members, run_stacked_jobs(members, threads), strict=True):
+                for member, value in zip(
+                    members, run_stacked_jobs(members, threads, own_process=True), strict=True
+                ):
                     outcomes[member.num] = value
             return
         num, overrides = jobs[k]
@@ -283,9 +285,13 @@ def run_group(
     return returns
 
 
-def run_stacked_jobs(jobs: Sequence[StackedJob], threads: int | None = None) -> list[Any]:
+def run_stacked_jobs(
+    jobs: Sequence[StackedJob], threads: int | None = None, own_process: bool = False
+) -> list[Any]:
     """Run the jobs of a stacked group as one stack; returns, per job, what a job alone would return for it
-    (normlab.job.job_outcome), or the exception it would raise."""
+    (normlab.job.job_outcome), or the exception it would raise. `own_process`: the stack is all its
+    process runs (a sweep's worker), so a signal after every member ended is said and ignored until the
+    process exits instead of abandoning the jobs' answers."""
     from normlab.train.stacked.run import MemberRun, StackedRun
 
     try:
@@ -303,7 +309,9 @@ def run_stacked_jobs(jobs: Sequence[StackedJob], threads: int | None = None) -> 
             for job in jobs
         ]
         requested = jobs[0].cfg.train.num_threads
-        summaries = StackedRun(members, stop, requested if isinstance(requested, int) else threads).execute()
+        summaries = StackedRun(
+            members, stop, requested if isinstance(requested, int) else threads, keep_signals=own_process
+        ).execute()
     except Exception as e:  # a bug before the members' runs could record it: each job's summary says so
         for job in jobs:
             with contextlib.suppress(Exception), crash_recorded(job.cfg, job.run_dir):

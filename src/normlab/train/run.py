@@ -393,8 +393,11 @@ class Run:
         if self.dist.is_main:
             self.summary.write(self.run_dir)
         if self.summary.status != "running":  # the final summary: later signals change nothing
-            self.stop.settle(self.summary.status)
+            self._settle()
         return self.summary
+
+    def _settle(self) -> None:
+        self.stop.settle(self.summary.status)
 
     def _finish(
         self, ending: Ending, loop: tuple[Trainer, LoopResult, list[dict[str, Any]]] | None = None

@@ -112,6 +112,10 @@ class MemberRun(Run):
     def log_prefix(self) -> str:
         return f"{self.cfg['name']} "
 
+    def _settle(self) -> None:
+        """Nothing: the stop request is the stack's, settled when every member has ended (`StackedRun`); a
+        member that ends first (diverged) must not make the others deaf to a signal."""
+
     def end_training(self, result: LoopResult, error: BaseException | None, corpus: TokenCorpus) -> None:
         """Its run's ending, as a run alone's (Run._end_training): last.pt, summary.json, the console's lines,
         the sample; `error` (its callbacks failed) ends it as that exception ends a run."""
@@ -144,11 +148,17 @@ class StackedRun:
     be used: its `error` says why)."""
 
     def __init__(
-        self, members: Sequence[MemberRun], stop: StopRequest, num_threads: int | None = None
+        self,
+        members: Sequence[MemberRun],
+        stop: StopRequest,
+        num_threads: int | None = None,
+        keep_signals: bool = False,
     ) -> None:
         self.members = list(members)
         self.stop = stop
         self.num_threads = num_threads
+        # in a process of its own (a stacked sweep's worker): the settled handler stays until it exits
+        self.keep_signals = keep_signals
         for member in self.members:
             member.stop = stop
 
@@ -161,8 +171,10 @@ class StackedRun:
             except UserError as e:  # in use, not writable: nothing can be written there
                 member.error = e
         try:
-            with self.stop.installed():
+            with self.stop.installed(keep_when_settled=self.keep_signals):
                 self._lifecycle(acquired)
+                # every member has ended: from here a signal changes nothing (Run.write_summary's settle)
+                self.stop.settle("every member ended")
         finally:
             for member in acquired:
                 member.directory.release()
