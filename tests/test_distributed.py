@@ -185,6 +185,7 @@ def bn_losses(tmp_path: Path, cache_dir: Path, sync: bool) -> tuple[list[dict], 
     return rows(only_run_dir(one)), rows(only_run_dir(two))
 
 
+@pytest.mark.slow
 def test_synced_batchnorm_normalises_with_the_global_batch(tmp_path, cache_dir):
     one, two = bn_losses(tmp_path, cache_dir, sync=True)
     for a, b in zip(one, two, strict=True):

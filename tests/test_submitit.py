@@ -103,6 +103,7 @@ def test_preempted_job_is_requeued_and_resumes_its_run(tmp_path, cache_dir):
     assert [r["step"] for r in rows if "loss" in r] == list(range(steps))  # no gap, no duplicate
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the job's process through /proc")
 @pytest.mark.parametrize("target", ["group", "parent"])
 def test_a_signal_to_the_sweep_stops_every_local_job_saved(tmp_path, cache_dir, target):
@@ -180,6 +181,7 @@ def test_requeued_resume_needs_an_interrupted_run_and_a_checkpoint(monkeypatch, 
     assert not requeue.requeued_resume(tmp_path)  # a finished run is not started again
 
 
+@pytest.mark.slow
 def test_a_job_of_two_tasks_is_one_run_on_two_ranks(tmp_path, cache_dir):
     """SLURM × torchrun's stand-in: hydra.launcher.tasks_per_node=2 trains one run on 2 ranks, which
     logs what one task with the same global batch logs (tolerance as in tests/test_distributed.py)."""

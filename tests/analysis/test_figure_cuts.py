@@ -142,6 +142,7 @@ def test_no_figure_clips_silently(which, request):
             assert not beyond.any() or "colour scale cut" in notes, key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["spiky", "six_long", "grid_sweep"])
 def test_every_text_fits_inside_the_figure(which, request, fab, tmp_path):
     if which == "six_long":  # long variant names: titles and legends must still fit

@@ -205,6 +205,7 @@ def interrupt_and_resume(tmp_path: Path, cache_dir: Path, interruptions: int, se
     assert strip_timing(read_rows(run_dir)) == strip_timing(expected)  # bit for bit
 
 
+@pytest.mark.slow
 def test_sigterm_from_outside_then_resume_continues_bit_for_bit(tmp_path, cache_dir):
     interrupt_and_resume(tmp_path, cache_dir, interruptions=2, seed=os.getpid())
 

@@ -69,6 +69,7 @@ def summaries(sweep_dir: Path) -> dict[str, dict]:
     return {k: json.loads((d / "summary.json").read_text()) for k, d in job_dirs(sweep_dir).items()}
 
 
+@pytest.mark.slow
 def test_a_stacked_sweep_writes_what_the_runs_alone_write(tmp_path, cache_dir):
     """Two seeds × two learning rates, one stack: each member's directory holds what its run alone's holds,
     its rows equal the run's within 1e-5, its checkpoint resumes a plain Trainer."""

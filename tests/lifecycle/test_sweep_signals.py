@@ -97,7 +97,12 @@ def summaries(sweep_dir: Path) -> dict[str, dict]:
 
 @pytest.mark.parametrize(
     ("signame", "target"),
-    [("SIGINT", "group"), ("SIGTERM", "group"), ("SIGINT", "parent"), ("SIGTERM", "parent")],
+    [
+        ("SIGINT", "group"),  # Ctrl-C pressed twice: the default suite's case; the others are slow
+        pytest.param("SIGTERM", "group", marks=pytest.mark.slow),
+        pytest.param("SIGINT", "parent", marks=pytest.mark.slow),
+        pytest.param("SIGTERM", "parent", marks=pytest.mark.slow),
+    ],
 )
 def test_a_signal_stops_every_running_job_saved_and_starts_none(tmp_path, cache_dir, signame, target):
     rng = random.Random(f"{os.getpid()}-{signame}-{target}")
@@ -141,6 +146,7 @@ def test_a_signal_stops_every_running_job_saved_and_starts_none(tmp_path, cache_
     assert command.endswith(f"hydra.sweep.dir={sweep_dir} train.resume=auto"), command
 
 
+@pytest.mark.slow
 def test_the_sweep_resume_command_finishes_an_interrupted_sweep_bit_for_bit(tmp_path, cache_dir):
     """A job's process killed with SIGKILL after its first step checkpoint, then SIGTERM to the sweep while
     another job trains and a third waits; the printed command, its values reordered, finishes the sweep:

@@ -16,6 +16,7 @@ from normlab.study.reproduce import main, resolve_names
 from normlab.study.verdicts import VERDICTS
 
 
+@pytest.mark.slow
 def test_reproduce_runs_the_preset_and_writes_the_report(tiny_reproduction):
     out = tiny_reproduction
     runs = [d for d in (out / "sweeps" / "xiong_warmup").iterdir() if (d / "summary.json").is_file()]
