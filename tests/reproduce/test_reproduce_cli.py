@@ -40,6 +40,7 @@ def test_reproduce_runs_the_preset_and_writes_the_report(tiny_reproduction):
         assert (out / png).stat().st_size < 300_000  # small enough to commit beside REPORT.md
 
 
+@pytest.mark.slow  # tiny_reproduction trains the preset (about a minute)
 def test_from_existing_rebuilds_the_report_without_training(tiny_reproduction, tmp_path, capsys):
     sweep = tiny_reproduction / "sweeps" / "xiong_warmup"
     before = {p: p.stat().st_mtime for p in sweep.rglob("summary.json")}
@@ -55,6 +56,7 @@ def test_from_existing_rebuilds_the_report_without_training(tiny_reproduction, t
     assert "xiong_warmup:" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # tiny_reproduction trains the preset (about a minute)
 def test_the_readme_table_is_written_from_the_same_evaluation(tiny_reproduction, tmp_path):
     """--readme writes the findings table between the README's markers from the outcomes REPORT.md shows;
     what lies outside the markers is kept; a README without markers is refused in one sentence."""
