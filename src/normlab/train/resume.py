@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.config.groups import MISSING_ROWS
+from normlab.config.keys import flatten
 from normlab.errors import InvalidConfig, UserError
 from normlab.summary import SUMMARY_FILE
 from normlab.train import checkpoint
@@ -124,20 +125,10 @@ def _covers(prefix: str, key: str) -> bool:
     return key == prefix or key.startswith(prefix + ".")
 
 
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
-    return flat
-
-
 def experiment_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The checked config's settings that a resume must keep, flat (`optim.lr`: 0.003)."""
     return {
-        key: value
+        key: list(value) if isinstance(value, tuple) else value  # as a checkpoint's record holds it
         for key, value in flatten(cfg).items()
         if not any(_covers(p, key) for p in (*FREE, *MODEL_GROUPS))
     }
