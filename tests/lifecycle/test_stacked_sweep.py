@@ -138,13 +138,26 @@ def interrupt(
     """The sweep signalled a random moment after `training` of its jobs have written a training row (all of
     them where every stack must be caught mid-training: a stack starts seconds after another on a busy machine)."""
     process = SweepProcess(argv, tmp_path / "signal.log", env())
+    held: set[int] = set()  # processes stopped (SIGSTOP) once their first job trains, until the signal
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        if sum(1 for d in job_dirs(sweep_dir).values() if training_rows(d)) >= training:
+        trained = [d for d in sweep_dir.glob("*_*") if d.is_dir() and training_rows(d)]
+        if training > 1:  # a stack that trains waits for the others: it cannot finish before the signal
+            for pid in process.poll_workers():
+                first = Path(f"/proc/{pid}/cmdline").read_text().split("\0")[-3].rsplit("/", 1)[-1]
+                if pid not in held and any(
+                    d.name.startswith(first.removesuffix(".pkl") + "_") for d in trained
+                ):
+                    os.kill(pid, signal.SIGSTOP)
+                    held.add(pid)
+        if len(trained) >= training:
             break
         assert process.proc.poll() is None, (tmp_path / "signal.log").read_text()[-3000:]
-        time.sleep(0.05)
-    time.sleep(rng.uniform(0.0, 1.0))
+        time.sleep(0.02)
+    if held:
+        for pid in held:
+            os.kill(pid, signal.SIGCONT)
+    time.sleep(rng.uniform(0.0, 1.0) if not held else rng.uniform(0.0, 0.2))
     os.kill(process.pid, signum)
     code, _ = process.wait(300)
     output = (tmp_path / "signal.log").read_text()
