@@ -54,13 +54,14 @@ def run_preset(
     overrides: Sequence[str],
     python: str = sys.executable,
     perturbed: bool = False,
-    calibration: bool = False,
+    calibration: int | None = None,
     scale: str = "cpu",
     forward: Forward | None = None,
     tick: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Run one preset's sweep (and its extra measurements), or with `perturbed` the same under the
-    finding's perturbation, or with `calibration` its calibration sweep; return its timing record. A sweep
+    finding's perturbation, or with `calibration` (an index into Calibration.sweeps) that calibration sweep;
+    return its timing record. A sweep
     already in OUT is continued (train.resume=auto: finished jobs kept, the others resumed or started), never
     deleted. Raises Stopped when a signal stopped it (the sweep saved its running jobs). `tick` is called
     every TICK_S seconds while the sweep runs."""
@@ -69,9 +70,9 @@ def run_preset(
     if perturbed:
         sweep = perturbed_dir(sweep)
         overrides = [*overrides, *finding.perturbation.overrides]
-    elif calibration:
-        sweep = calibration_dir(sweep)
-        overrides = [*overrides, *finding.calibration.overrides]
+    elif calibration is not None:
+        sweep = calibration_dir(sweep, calibration)
+        overrides = [*overrides, *finding.calibration.sweeps[calibration]]
     sweeps.mkdir(parents=True, exist_ok=True)
     log_path = sweeps / f"{sweep.name}.log"
     continuing = sweep.exists()
@@ -124,7 +125,7 @@ def run_preset(
         print(f"    the sweep exited with status {rc}; see {log_path}", file=sys.stderr)
     # the measurements (finding 5's step-time profile) are of the models' shape, which no perturbation
     # changes: the perturbed sweep is judged with the preset's own (robustness_of falls back to them)
-    if finding.measurements and rc == 0 and not perturbed and not calibration:
+    if finding.measurements and rc == 0 and not perturbed and calibration is None:
         t1 = time.perf_counter()
         finding.measure(sweep, overrides, echo=lambda line: print(f"    {line}", flush=True))
         record[MEASURE_S] = round(time.perf_counter() - t1, 1)

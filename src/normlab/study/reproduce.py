@@ -12,6 +12,7 @@ Layout of OUT (default outputs/reproduce/<date>_<time>):
     sweeps/NAME.log       its output
     sweeps/NAME.perturbed/  the same preset under the finding's perturbation (the robustness line)
     sweeps/NAME.calibration/  with --calibrate: the choice the preset makes, on seeds it does not evaluate
+                          (NAME.calibration-2, … : a finding's later calibration sweeps, Calibration.then)
     timings.json          wall time, command and machine of every finding run into OUT
     pilot/                with --scale pilot: plan.json, probe/, sweeps/ (normlab.study.pilot.run)
     REPORT.md, NAME_*.png the report (or in --report-dir)
@@ -236,7 +237,12 @@ def run_finding(
     save_timings(out, timings)
     # the time already spent on the sweeps this session continues (none if they are not there any more)
     sweep = out / "sweeps" / name
-    there = any(d.exists() for d in (sweep, calibration_dir(sweep), perturbed_dir(sweep)))
+    calibrations = (
+        [calibration_dir(sweep, i) for i in range(len(finding.calibration.sweeps))]
+        if finding.calibration
+        else []
+    )
+    there = any(d.exists() for d in (sweep, *calibrations, perturbed_dir(sweep)))
     earlier = timings["findings"].get(name) if there and made_with == command else None
     unfinished = timings.setdefault(UNFINISHED, {})
     before = unfinished.get(name, {}) if there else {}
@@ -265,17 +271,30 @@ def _run_parts(
     finding: Finding, out: Path, args: argparse.Namespace, forward: Forward, tick: Callable[[], None]
 ) -> dict[str, Any]:
     """This session's calibration, preset and perturbed sweeps of one finding, in one timing record."""
-    calibrated = None
+    calibrated = []
     if args.calibrate and finding.calibration is not None:
         print("    calibration (seeds the verdict does not use)", flush=True)
-        calibrated = run_preset(
-            finding, out, args.override, calibration=True, scale=args.scale, forward=forward, tick=tick
-        )
+        for index in range(len(finding.calibration.sweeps)):
+            calibrated.append(
+                run_preset(
+                    finding,
+                    out,
+                    args.override,
+                    calibration=index,
+                    scale=args.scale,
+                    forward=forward,
+                    tick=tick,
+                )
+            )
     record = run_preset(finding, out, args.override, scale=args.scale, forward=forward, tick=tick)
-    if calibrated is not None:
-        record["calibration"] = {k: calibrated[k] for k in ("command", "rc", "wall_s")}
-        record["wall_s"] = round(record["wall_s"] + calibrated["wall_s"], 1)
-        record["rc"] = record["rc"] or calibrated["rc"]
+    if calibrated:
+        cal_rc = next((c["rc"] for c in calibrated if c["rc"]), 0)
+        cal_s = round(sum(c["wall_s"] for c in calibrated), 1)
+        record["calibration"] = {"command": calibrated[0]["command"], "rc": cal_rc, "wall_s": cal_s}
+        if len(calibrated) > 1:  # the later calibration sweeps' commands (Calibration.then)
+            record["calibration"]["then"] = [c["command"] for c in calibrated[1:]]
+        record["wall_s"] = round(record["wall_s"] + cal_s, 1)
+        record["rc"] = record["rc"] or cal_rc
     if finding.perturbation is not None and not args.no_perturb:
         print(f"    perturbed: {finding.perturbation.label}", flush=True)
         second = run_preset(
@@ -304,7 +323,7 @@ def expected_time(
         if perturb and finding.perturbation is not None:
             sweeps.append([*overrides, *finding.perturbation.overrides])
         if calibrate and finding.calibration is not None:
-            sweeps.append([*overrides, *finding.calibration.overrides])
+            sweeps += [[*overrides, *more] for more in finding.calibration.sweeps]
         for extra in sweeps:
             c = sweep_cost(finding.preset, extra)
             core_s, jobs = core_s + c.core_s, jobs + c.jobs

@@ -394,10 +394,11 @@ def perturbed_dir(sweep_dir: str | Path) -> Path:
     return path.with_name(path.name + PERTURBED_SUFFIX)
 
 
-def calibration_dir(sweep_dir: str | Path) -> Path:
-    """Where the calibration sweep of a preset lies: beside the preset's own."""
+def calibration_dir(sweep_dir: str | Path, index: int = 0) -> Path:
+    """Where a preset's calibration sweep lies, beside the preset's own: sweeps/NAME.calibration for the
+    first (index 0), NAME.calibration-2, -3, … for the ones after it (Calibration.then)."""
     path = Path(sweep_dir)
-    return path.with_name(path.name + CALIBRATION_SUFFIX)
+    return path.with_name(path.name + CALIBRATION_SUFFIX + (f"-{index + 1}" if index else ""))
 
 
 def perturbed_runs(rs: RunSet, other: Path, perturbation: Perturbation) -> RunSet:

@@ -90,6 +90,14 @@ class Calibration:
     overrides: tuple[str, ...]  # e.g. ("model.tie_embeddings=true,false", "optim.lr=1e-3,5e-3", "seed=0")
     arms: str  # what each arm gave when we ran it (ours), in words with numbers
     chosen: str  # what the preset uses, and why
+    # further calibration sweeps, run after the first into sweeps/NAME.calibration-2, -3, …: a choice made
+    # at what an earlier one chose (DyT's α₀ at the tuned learning rate)
+    then: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def sweeps(self) -> tuple[tuple[str, ...], ...]:
+        """Each calibration sweep's overrides, in the order they run."""
+        return (self.overrides, *self.then)
 
 
 def _no_lines(result: dict[str, Any]) -> list[str]:

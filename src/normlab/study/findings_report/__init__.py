@@ -28,8 +28,8 @@ from normlab.study.findings_report.overview import (
     write_readme_table,
 )
 from normlab.study.findings_report.pilot import COLUMN, load_pilot, pilot_cell, pilot_section
-from normlab.study.findings_report.section import calibration_table, finding_section, short_scale
-from normlab.study.robustness import calibration_dir, dependence_verdict, robustness_of
+from normlab.study.findings_report.section import calibration_tables, finding_section, short_scale
+from normlab.study.robustness import dependence_verdict, robustness_of
 from normlab.study.timings import load_timings
 from normlab.study.verdicts import RULE, Outcome
 
@@ -86,7 +86,7 @@ def build_report(
         robust = robustness_of(name, rs, outcome.verdict, sweeps / name, outcome) if rs is not None else None
         depends = dependence_verdict(finding, robust)
         verdicts[name] = depends.split(":", 1)[0] if depends else outcome.verdict
-        calibration = calibration_table(calibration_dir(sweeps / name))
+        calibration = calibration_tables(sweeps / name, finding.calibration)
         sections += finding_section(
             finding, rs, outcome, figures, record, error, report_dir.resolve(), robust, calibration
         )

@@ -20,10 +20,10 @@ from normlab.analysis.load import NoRunsFound, RunSet, load_runs, short_names
 from normlab.analysis.sweep_report import md_table
 from normlab.configs import CONFIG_DIR
 from normlab.study.findings import Finding
-from normlab.study.findings._finding import ROBUSTNESS, SCOPE
+from normlab.study.findings._finding import ROBUSTNESS, SCOPE, Calibration
 from normlab.study.findings._format import fmt_series
 from normlab.study.findings._learning import learned_count
-from normlab.study.robustness import Robustness, dependence_verdict
+from normlab.study.robustness import Robustness, calibration_dir, dependence_verdict
 from normlab.study.timings import MEASURE_S, fmt_duration
 from normlab.study.verdicts import CONFIDENCE, Check, Outcome
 
@@ -326,6 +326,21 @@ def verdict_lines(
         text = "; ".join(scope) if scope else f"the verdict names it (under {p.label}: see above)"
         lines += [f"**{label}: {text}.** Why {p.label}: {p.why}", ""]
     return lines
+
+
+def calibration_tables(sweep: Path, calibration: Calibration | None) -> str | None:
+    """Every calibration sweep's arms as measured, beside the preset's sweep `sweep`: one table, or, where
+    a finding calibrates in several sweeps (Calibration.then), each table under its overrides."""
+    if calibration is None:
+        return None
+    tables = [
+        (overrides, calibration_table(calibration_dir(sweep, i)))
+        for i, overrides in enumerate(calibration.sweeps)
+    ]
+    ran = [(overrides, table) for overrides, table in tables if table is not None]
+    if len(tables) == 1 or not ran:
+        return tables[0][1]
+    return "\n\n".join(f"`{' '.join(overrides)}`:\n\n{table}" for overrides, table in ran)
 
 
 def calibration_table(sweep: Path) -> str | None:
