@@ -279,12 +279,19 @@ def test_stack_host_benchmark_holds_the_host_work_goal(repo_root, tmp_path):
         f"--json={out}",
     )
     assert "| fused | stack of 32 |" in proc.stdout and "| plain | stack of 8 |" in proc.stdout
-    rows = {(r["head"], r["members"]): r for r in json.loads(out.read_text())["rows"]}
+    rows = {
+        (r["head"], r["members"]): r for r in json.loads(out.read_text())["rows"] if r["batch_times"] == 1
+    }
     for head in ("fused", "plain"):
         assert rows[(head, 32)]["ops_per_step"] <= rows[(head, 8)]["ops_per_step"] + 2
         assert rows[(head, 32)]["calls_ratio"] <= 2.0, rows[(head, 32)]
         assert rows[(head, 8)]["calls_ratio"] <= 1.3, rows[(head, 8)]
         assert rows[(head, 32)]["ratio"] < 8.0, rows[(head, 32)]
+    # one run alone with the 32-member stack's tokens, and the stack against it
+    wide = [r for r in json.loads(out.read_text())["rows"] if r["batch_times"] == 32]
+    assert {r["head"] for r in wide} == {"fused", "plain"} and all(r["members"] == 0 for r in wide)
+    assert all(rows[(h, 32)]["same_tokens_ratio"] > 0 for h in ("fused", "plain"))
+    assert "batch × 32 (a stack of 32's tokens)" in proc.stdout
 
 
 def test_gpu_checks_stack_part_runs_dry_on_the_cpu(repo_root, tmp_path):

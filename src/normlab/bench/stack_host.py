@@ -25,6 +25,12 @@ its operator calls do not grow with them and its Python calls grow only by each 
 `calls ×` is a stack's calls (Python and operators together) over the run alone's — the host's work,
 which is a stack's step time where the device does the arithmetic (the goal's measure), beside the CPU
 time (`CPU ×`), which here includes the members' arithmetic.
+
+How much of a stack's CPU time is that arithmetic: the table also times one run alone with the largest
+stack's tokens (its batch × the members), which computes the stack's activations with one run's host work
+and one model's parameters. `× one run with its tokens` is the stack against it: what stacking costs beyond
+the activations' arithmetic (each member's parameters, gradients, optimizer and probes, and batched
+products of small matrices where the wide run has one larger one).
 """
 
 from __future__ import annotations
@@ -57,6 +63,9 @@ GOALS = {32: 2.0, 8: 1.3}  # issue 36: a stack's step against a run alone's, on 
 class Config:
     head: str  # fused | plain
     members: int  # 0: a run alone (the single-run Trainer); n: a stack of n
+    # a run alone only: its batch this many times the shape's — a stack's tokens in one model, the
+    # arithmetic of the stack's activations with one run's host work and parameters
+    batch_times: int = 1
 
 
 class Runner:
@@ -107,7 +116,7 @@ class Runner:
                 fused_head=fused,
                 histograms=None if histograms is None else [histograms] * size,
             )
-        folder = workdir / f"{config.head}-{config.members}"
+        folder = workdir / f"{config.head}-{config.members}-{config.batch_times}"
         folder.mkdir(parents=True, exist_ok=True)
         self.sinks = [JsonlSink(folder / f"{m}.jsonl", resume_step=None) for m in range(size)]
         self.trainer.step = int(members[0]["metrics"]["dense_until"]) + 1  # the steady steps
@@ -163,10 +172,17 @@ def host(
     torch.set_num_threads(1)
     settings = [*SHAPE, "train.device=cpu", f"train.max_steps={10**7}", *overrides]
     cfgs = [checked(OmegaConf.create(compose_config([*settings, f"seed={s}"]))) for s in range(max(members))]
+    widest = max(members)
+    batch = int(cfgs[0]["train"]["batch_size"])
+    wide = checked(
+        OmegaConf.create(compose_config([*settings, "seed=0", f"train.batch_size={batch * widest}"]))
+    )
     corpus = run_corpus(cfgs[0], progress=False)
     configs = [Config(head, n) for head in heads for n in (0, *members)]
+    if widest > 1:  # the largest stack's tokens in one run
+        configs += [Config(head, 0, widest) for head in heads]
     with tempfile.TemporaryDirectory(prefix="normlab-bench-host-") as tmp:
-        runners = {c: Runner(c, cfgs, corpus, Path(tmp)) for c in configs}
+        runners = {c: Runner(c, [wide] if c.batch_times > 1 else cfgs, corpus, Path(tmp)) for c in configs}
         for runner in runners.values():  # first calls (allocations, vmap's caches) out of the timing
             runner.run(2)
         per_step: dict[Config, list[float]] = {c: [] for c in configs}
@@ -180,10 +196,15 @@ def host(
         alone = statistics.median(per_step[Config(c.head, 0)])
         python, ops = calls[c]
         alone_calls = sum(calls[Config(c.head, 0)])
+        same_tokens = per_step.get(Config(c.head, 0, c.members)) if c.members > 1 else None
         rows.append(
             {
                 "head": c.head,
                 "members": c.members,
+                "batch_times": c.batch_times,
+                # the stack against one run with its tokens: what stacking costs beyond the activations'
+                # arithmetic (the members' parameters, optimizer and probes, and the batched products)
+                "same_tokens_ratio": ms / statistics.median(same_tokens) if same_tokens else None,
                 "ms_per_step": ms,
                 "ratio": ms / alone,
                 "range": [min(per_step[c]), max(per_step[c])],
@@ -200,15 +221,19 @@ def table(result: dict[str, Any], machine: str, load: float) -> str:
     lines = [
         f"{machine}, one thread, CPU time per step (median of {result['blocks']} blocks of "
         f"{result['block_steps']} steps; load {load}):",
-        "| head | run | CPU ms per step | CPU × | Python calls per step | operator calls per step | calls × | goal |",
-        "|---|---|---|---|---|---|---|---|",
+        "| head | run | CPU ms per step | CPU × | × one run with its tokens | Python calls per step | "
+        "operator calls per step | calls × | goal |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
-        n = row["members"]
+        n, times = row["members"], row.get("batch_times", 1)
         run = "alone" if n == 0 else f"stack of {n}"
+        if times > 1:
+            run = f"alone, batch × {times} (a stack of {times}'s tokens)"
         goal = f"≤ {GOALS[n]:g}×" if n in GOALS else ""
+        same = f"{row['same_tokens_ratio']:.2f}×" if row.get("same_tokens_ratio") else ""
         lines.append(
-            f"| {row['head']} | {run} | {row['ms_per_step']:.2f} | {row['ratio']:.2f}× | "
+            f"| {row['head']} | {run} | {row['ms_per_step']:.2f} | {row['ratio']:.2f}× | {same} | "
             f"{row['python_calls_per_step']:.0f} | {row['ops_per_step']:.0f} | {row['calls_ratio']:.2f}× | {goal} |"
         )
     return "\n".join(lines)
