@@ -278,14 +278,13 @@ def test_rmsnorm_is_decided_on_the_claims_device_with_the_sweeps_own_verdict_bes
     cpu = rms_sweep(tmp_path / "cpu", same, -0.06, 0.01, device="cpu")
     shutil.copy(cpu / "norm_share.json", sweep / "norm_share.json")
     _, alone = evaluate_sweep("rmsnorm_speed", cpu)
-    assert alone.verdict == NOT_TESTED
+    assert alone.verdict == REPRODUCED and alone.in_part == "; check 2 not tested here"  # the loss part
     _, outcome = evaluate_sweep("rmsnorm_speed", sweep)
     assert outcome.verdict == REPRODUCED, verdicts(outcome)
     assert "(on crafted)" in outcome.checks[1].name
     assert outcome.notes[0].startswith("**Verdict by device.** On crafted (cuda")
     assert (
-        "On cpu (crafted), the sweep's own measurement (norm_share.json): **not tested here**"
-        in outcome.notes[0]
+        "On cpu (crafted), the sweep's own measurement (norm_share.json): **reproduced**" in outcome.notes[0]
     )
     # slower on the GPU: the device's verdict, not the CPU's, is the finding's
     data = json.loads((sweep / "norm_share.device.json").read_text())
