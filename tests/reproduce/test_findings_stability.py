@@ -20,10 +20,13 @@ from normlab.study.verdicts import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTED, REP
 # ----------------------------------------------------------------------- finding 3 (DeepNet)
 
 
-def deepnet_sweep(root, early, loss, seeds=3, steps=300, dense_until=20, warmups=(0, 30), ramp=None):
+def deepnet_sweep(
+    root, early, loss, seeds=3, steps=300, dense_until=20, warmups=(0, 30), ramp=None, burst=None
+):
     """early[label] = model update at the first logged steps of the runs without warm-up (the
     equal-learning-rate arm), ramp[label] that of the runs with warm-up (default: the same); loss[label]
-    = final val loss; the update is logged at every step up to `dense_until`, then every 10."""
+    = final val loss; burst[label] multiplies the update of steps 1–3 only; the update is logged at every
+    step up to `dense_until`, then every 10."""
     sweep = Sweep(root, "deepnet_model_update")
     variants = {"pre": ("ln", "pre"), "post": ("ln", "post"), "deep": ("deepnorm", "post")}
     for warmup in warmups:
@@ -31,7 +34,13 @@ def deepnet_sweep(root, early, loss, seeds=3, steps=300, dense_until=20, warmups
         for label, (norm, placement) in variants.items():
             for seed in range(seeds):
                 rows = [
-                    {names.STEP: s, names.MODEL_UPDATE: size[label] * (1 + 0.05 * seed) * (1 + s / steps)}
+                    {
+                        names.STEP: s,
+                        names.MODEL_UPDATE: size[label]
+                        * (1 + 0.05 * seed)
+                        * (1 + s / steps)
+                        * ((burst or {}).get(label, 1.0) if s <= 3 else 1.0),
+                    }
                     for s in sorted({*range(1, dense_until + 1), *range(10, steps + 1, 10)})
                 ]
                 sweep.add(
@@ -463,3 +472,22 @@ def test_tied_embedding_verdicts(tmp_path):
         {"pre-tied": 42.0, "post-tied": 23.0, "post-untied": 59.0},
     )
     assert evaluate("tied_embedding_collapse", load_runs(broken)).verdict == SETUP_FAILED
+
+
+def test_deepnet_says_when_the_update_checks_verdict_depends_on_its_window(tmp_path):
+    """Issue 37's second referee: the paper fixes no window for "the very beginning of training"; where
+    Post-LN's update is 1.5× DeepNorm's over the first steps but not over the counted 1–20, the report says
+    the verdict depends on the window, with each window's ratio; where every window agrees it says nothing."""
+    loss = {"pre": 3, "post": 5.75, "deep": 3}
+    first_steps = deepnet_sweep(tmp_path / "a", {"pre": 5, "post": 5, "deep": 5}, loss, burst={"post": 4.0})
+    outcome = evaluate("deepnet_model_update", load_runs(first_steps))
+    assert outcome.checks[0].verdict == NOT_REPRODUCED  # 4× over steps 1–3, 1× after: below 1.5× over 1–20
+    dependence = [n for n in outcome.notes if n.startswith("**The update check depends on its window**")]
+    assert len(dependence) == 1 and "steps 1–3: 4.00×" in dependence[0] and "step 1: 4.00×" in dependence[0]
+    for early in ({"pre": 5, "post": 80, "deep": 5}, {"pre": 5, "post": 5, "deep": 5}):  # agree: no sentence
+        notes = evaluate(
+            "deepnet_model_update", load_runs(deepnet_sweep(tmp_path / str(early["post"]), early, loss))
+        ).notes
+        assert not any("depends on its window" in n for n in notes)
+    # whether Post-LN's update stops after its start: its ‖ΔF‖ at step 20, 100 and the end
+    assert any(n.startswith("‖ΔF‖ after the first steps") and "(step 100)" in n for n in outcome.notes)

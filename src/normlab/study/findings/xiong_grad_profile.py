@@ -50,6 +50,8 @@ from normlab.study.findings._format import CI_LABEL, fmt_series
 from normlab.study.findings._runs import group_labels, need, subset, varies
 from normlab.study.verdicts import (
     CONFIDENCE,
+    NOT_REPRODUCED,
+    REPRODUCED,
     Check,
     Outcome,
     Precondition,
@@ -156,6 +158,27 @@ def flat_across_layers(tag: str, per_depth: dict[int, pd.Series], counts: bool) 
             name, statistic, est, margin=FLAT_MARGIN, counts=counts, source=FIG_3_PRE
         ),
     )
+
+
+def which_half_failed(part: list[Check], pre_by_depth: dict[int, pd.Series]) -> list[str]:
+    """The sentence that says which half of the claim failed when Theorem 1's checks (the first two) pass and
+    Fig. 3(a, b)'s Pre-LN flatness does not, with the flatness per depth from the paper's own (6 layers)."""
+    theorem, flat = part[:2], part[-1]
+    if flat.verdict != NOT_REPRODUCED or any(c.verdict != REPRODUCED for c in theorem):
+        return []
+    per_depth = ", ".join(
+        f"L={d}: {fmt_estimate(estimate(v), CONFIDENCE, 2)}"
+        for d, v in pre_by_depth.items()
+        if d >= FIT_FROM and len(v)
+    )
+    return [
+        "**Which half failed.** Theorem 1's depth dependence of the last layer's gradient (checks 1–2) is "
+        "reproduced; Fig. 3(a, b)'s Pre-LN half is not: Pre-LN's gradient falls towards the output at every "
+        f"depth fitted — log(top/bottom third) {per_depth} ({CI_LABEL}), the first at the paper's own depth "
+        "(its Fig. 3 is a 6-layer model). The paper's Appendix F expects the Pre-LN gradient to be independent "
+        "of l “when l is large”, and the bottom third holds the shallowest blocks; a top-against-middle third "
+        "would be closer to that, and our check does not test it."
+    ]
 
 
 def _columns(metrics: pd.DataFrame, depth: int) -> tuple[list[str], str]:
@@ -310,6 +333,8 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             *flat_across_layers(tag, by_depth["pre"], counts),
         ]
         checks += part
+        if counts:
+            notes += which_half_failed(part, by_depth["pre"])
         if not counts:
             verdict = combine([replace(c, counts=True) for c in part])
             passed = sum(c.verdict == "reproduced" for c in part)
