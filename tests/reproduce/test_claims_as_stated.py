@@ -173,8 +173,11 @@ def test_a_verdict_that_depends_on_a_setup_choice_names_it_with_both_numbers(tmp
     )
     act_rms_sweep(perturbed_dir(sweep), periln_like)
     rs, outcome = evaluate_sweep("periln_act_growth", sweep)
-    assert [c.verdict for c in outcome.checks] == [NOT_TESTED, REPRODUCED]
+    assert [c.verdict for c in outcome.checks if c.counts] == [NOT_TESTED, REPRODUCED]
     assert outcome.verdict == REPRODUCED and outcome.in_part == "; check 1 not tested here"
+    # the paper's kind of statistic (absolute, end of training) and the loss gap: reported, not counted
+    reported = [c.name for c in outcome.checks if not c.counts]
+    assert any("(absolute)" in n for n in reported) and any(n.startswith("(reported) ") for n in reported)
     robust = robustness_of("periln_act_growth", rs, outcome.verdict, sweep, outcome)
     finding = FINDINGS["periln_act_growth"]
     depends = dependence_verdict(finding, robust)
@@ -182,6 +185,8 @@ def test_a_verdict_that_depends_on_a_setup_choice_names_it_with_both_numbers(tmp
         "depends on init: reproduced in part (check 1 not tested here) under Xavier init"
     )
     assert "; reproduced under GPT-2 init" in depends and depends.count("check 2 +") == 2
+    # each arm's loss gap beside its verdict (a badly trained arm's growth is not comparable)
+    assert depends.count("reported: Peri-LN ends with a lower loss than Pre-LN") == 2
     assert verdict_cell(finding, outcome, robust) == "**depends on init**"
     assert verdict_lines(finding, rs, outcome, robust)[0].startswith("**Verdict: depends on init**")
     # the same verdict under both inits: no dependence, said on its line instead

@@ -376,10 +376,25 @@ def dependence_verdict(finding: Finding, robust: Robustness | None) -> str | Non
     for v in robust.scope:
         if v.kind == DEPENDENCE and v.outcome is not None and _full(v.outcome) != _full(robust.base):
             return (
-                f"depends on {p.setting}: {_full(robust.base)} under {p.preset} ({numbers_of(robust.base)}); "
-                f"{_full(v.outcome)} under {v.what} ({numbers_of(v.outcome)})"
+                f"depends on {p.setting}: {_full(robust.base)} under {p.preset} ({numbers_of(robust.base)}"
+                f"{_reported(robust.base)}); {_full(v.outcome)} under {v.what} ({numbers_of(v.outcome)}"
+                f"{_reported(v.outcome)})"
             )
     return None
+
+
+REPORTED = "(reported) "  # a check's name prefix: not counted, shown beside every arm of a dependence
+
+
+def _reported(outcome: Outcome) -> str:
+    """'; reported: NAME +0.1 [...]' for each uncounted check named '(reported) …' — what a reader needs
+    beside an arm's verdict to judge it (whether that arm's models trained comparably)."""
+    shown = [
+        f"{c.name.removeprefix(REPORTED)} {_value(c)}"
+        for c in outcome.checks
+        if not c.counts and c.name.startswith(REPORTED)
+    ]
+    return f"; reported: {'; '.join(shown)}" if shown else ""
 
 
 def _full(outcome: Outcome) -> str:
