@@ -219,3 +219,22 @@ def test_every_finding_names_a_perturbation_and_why(repo_root):
     for f in FINDINGS.values():
         assert f.perturbation is not None, f.name
         assert f.perturbation.overrides and f.perturbation.why.endswith(".")
+
+
+def test_a_stable_verdict_whose_checks_a_perturbation_turns_says_so():
+    """Issue 37's second referee (finding 6): Shen et al.'s own BatchNorm statistic left the verdict "not
+    reproduced" but reversed both checks that had reproduced; "stable" alone hid that. The summary names
+    the checks a perturbation turned, and says nothing more where none turned."""
+    up, down = check("a", "x", Estimate(1.0, 0.01, 4, 5)), check("a", "x", Estimate(-1.0, 0.01, 4, 5))
+    failing = check("b", "y", Estimate(-1.0, 0.01, 9, 10))
+    base = Outcome.of([up, failing])
+    assert base.verdict == NOT_REPRODUCED
+    turned = Variation(
+        "BN over batch × sequence", NOT_REPRODUCED, Outcome.of([down, failing]), perturbation=True
+    )
+    seeds = Variation("seed 0 dropped", NOT_REPRODUCED, Outcome.of([up, failing]))
+    summary = Robustness(NOT_REPRODUCED, (seeds, turned), base).summary
+    assert summary.startswith("stable (")
+    assert "its checks are not: under BN over batch × sequence check 1 change verdict" in summary
+    kept = Variation("lr × ½", NOT_REPRODUCED, Outcome.of([up, failing]), perturbation=True)
+    assert "its checks are not" not in Robustness(NOT_REPRODUCED, (seeds, kept), base).summary

@@ -248,6 +248,15 @@ class Robustness:
             tried = [v for v in self.variations if self.informative(v)]
             if tried:
                 parts.append(f"stable ({_tried(tried)})")
+            # a perturbation that leaves the verdict but turns checks: said, or "stable" would hide that
+            # the parts it rests on changed (issue 37's second referee, finding 6)
+            for v in (v for v in self.variations if v.perturbation):
+                turned = sorted({m.split(" ")[1] for m in self._moved(v) if m.startswith("check ")}, key=int)
+                if turned:
+                    plural = "s" if len(turned) > 1 else ""
+                    parts.append(
+                        f"its checks are not: under {v.what} check{plural} {', '.join(turned)} change verdict"
+                    )
         inert = self.inert
         if inert:
             parts.append(f"{_tried(inert)}: cannot move it (nothing the verdict rests on changes)")
