@@ -110,6 +110,11 @@ def test_varying_keys_rules():
     ]
     # a key present in only some runs differs
     assert varying_keys([base, dict(base, **{"model.init": "xavier"})]) == ["model.init"]
+    # ... unless those runs leave it unset: a knob added after the older runs (train.eval_at: []) is not an
+    # axis of the sweep (it labelled a finding's calibration arms "eval_at=nan" and "eval_at=")
+    newer = [dict(base, **{"train.eval_at": ()}), dict(base, **{"train.eval_at": None})]
+    assert varying_keys([base, *newer]) == []
+    assert varying_keys([base, dict(base, **{"train.eval_at": (100,)})]) == ["train.eval_at"]
 
 
 def test_seed_stats_mean_and_std_by_hand(sweep, fab):

@@ -27,6 +27,11 @@ def sortable(value: Any) -> tuple[int, Any]:
     return (1, str(value))
 
 
+# values that set nothing (a list knob left empty, an optional one left null): a run from before the knob
+# existed ran as these do
+UNSET = {None, (), ""}
+
+
 def _is_non_variant(key: str) -> bool:
     return key in NON_VARIANT_KEYS or key.split(".")[0] in NON_VARIANT_PREFIXES
 
@@ -49,6 +54,8 @@ def varying_keys(configs: Sequence[dict[str, Any]], derived: set[str] | None = N
         if key in derived or _is_non_variant(key):
             continue
         values = {hashable(cfg.get(key, MISSING)) for cfg in configs}
+        if MISSING in values and values - {MISSING} <= UNSET:
+            continue  # a knob older runs do not have, left unset by the newer ones: the same behaviour
         if len(values) > 1:
             keys.append(key)
     # a group member that is a function of the group's identity (its name or its hydra choice) is noise
