@@ -306,8 +306,8 @@ FINDING = Finding(
     10,
     "tied_embedding_collapse",
     "Tied small embeddings stall Post-LN at the unigram plateau (observed here)",
-    "With a tied LM head and N(0, 0.02) embeddings, Post-LN (and DeepNorm) stay at the corpus's unigram "
-    "loss while Pre-LN with the same embeddings learns and, at depth 8 and lr 1e-2, an untied head rescues "
+    "At lr 1e-2, with a tied LM head and N(0, 0.02) embeddings, Post-LN (and DeepNorm) stay at the corpus's "
+    "unigram loss while Pre-LN with the same embeddings learns and, at depth 8, an untied head rescues "
     "Post-LN; in the tied Post-LN model the gradient decays block by block from the top and the embedding "
     "matrix loses rank.",
     "Observed here: earlier reproductions in this project attributed this to Post-LN itself (issue 8).",
