@@ -49,7 +49,7 @@ from normlab.study.findings_report import build_report
 from normlab.study.findings_report.pilot import verdict_lines as pilot_verdict_lines
 from normlab.study.pilot import run as pilot
 from normlab.study.preset_sweep import held_by_other_settings, run_preset
-from normlab.study.robustness import calibration_dir, perturbed_dir
+from normlab.study.robustness import calibration_dirs, perturbed_dir
 from normlab.study.sweep_signals import Forward, Stopped
 from normlab.study.timings import STARTED, UNFINISHED, combined, fmt_duration, load_timings, save_timings
 
@@ -237,12 +237,9 @@ def run_finding(
     save_timings(out, timings)
     # the time already spent on the sweeps this session continues (none if they are not there any more)
     sweep = out / "sweeps" / name
-    calibrations = (
-        [calibration_dir(sweep, i) for i in range(len(finding.calibration.sweeps))]
-        if finding.calibration
-        else []
+    there = any(
+        d.exists() for d in (sweep, *calibration_dirs(sweep, finding.calibration), perturbed_dir(sweep))
     )
-    there = any(d.exists() for d in (sweep, *calibrations, perturbed_dir(sweep)))
     earlier = timings["findings"].get(name) if there and made_with == command else None
     unfinished = timings.setdefault(UNFINISHED, {})
     before = unfinished.get(name, {}) if there else {}

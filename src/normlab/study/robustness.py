@@ -34,7 +34,15 @@ from pathlib import Path
 from normlab.analysis.estimate import Estimate, fmt_estimate
 from normlab.analysis.load import SEED_KEY, RunSet, load_runs
 from normlab.study.findings import FINDINGS, evaluate
-from normlab.study.findings._finding import DEPENDENCE, ROBUSTNESS, SCOPE, Finding, Perturbation, Subset
+from normlab.study.findings._finding import (
+    DEPENDENCE,
+    ROBUSTNESS,
+    SCOPE,
+    Calibration,
+    Finding,
+    Perturbation,
+    Subset,
+)
 from normlab.study.findings._runs import key, subset, where
 from normlab.study.verdicts import (
     CONFIDENCE,
@@ -54,6 +62,7 @@ __all__ = [
     "on_subset",
     "Variation",
     "calibration_dir",
+    "calibration_dirs",
     "deciding",
     "leave_one_seed_out",
     "perturbed_dir",
@@ -234,13 +243,7 @@ class Robustness:
         for verdict in dict.fromkeys(v.verdict for v in self.changed):
             whats = [v.what for v in self.changed if v.verdict == verdict]
             moved = sorted(
-                {
-                    m.split(" ")[1]
-                    for v in self.changed
-                    if v.verdict == verdict
-                    for m in self._moved(v)
-                    if m.startswith("check ")
-                }
+                {n for v in self.changed if v.verdict == verdict for n in self._moved_numbers(v)}, key=int
             )
             which = f"; check {', '.join(moved)} moved" if moved else ""
             parts.append(f"flips {_joined(whats)} (→ {verdict}{which})")
@@ -251,7 +254,7 @@ class Robustness:
             # a perturbation that leaves the verdict but turns checks: said, or "stable" would hide that
             # the parts it rests on changed (issue 37's second referee, finding 6)
             for v in (v for v in self.variations if v.perturbation):
-                turned = sorted({m.split(" ")[1] for m in self._moved(v) if m.startswith("check ")}, key=int)
+                turned = self._moved_numbers(v)
                 if turned:
                     plural = "s" if len(turned) > 1 else ""
                     parts.append(
@@ -266,6 +269,10 @@ class Robustness:
         if self.base is None or v.outcome is None:
             return []
         return moved_checks(self.base, v.outcome)
+
+    def _moved_numbers(self, v: Variation) -> list[str]:
+        """The numbers of the counted checks whose verdict `v` changed, in order ('1', '5')."""
+        return sorted({m.split(" ")[1] for m in self._moved(v) if m.startswith("check ")}, key=int)
 
     def scope_lines(self, perturbation: Perturbation | None) -> list[str]:
         """The scope line of a scope perturbation ('holds only with Xavier init, as the theory predicts:
@@ -423,6 +430,12 @@ def calibration_dir(sweep_dir: str | Path, index: int = 0) -> Path:
     first (index 0), NAME.calibration-2, -3, … for the ones after it (Calibration.then)."""
     path = Path(sweep_dir)
     return path.with_name(path.name + CALIBRATION_SUFFIX + (f"-{index + 1}" if index else ""))
+
+
+def calibration_dirs(sweep_dir: str | Path, calibration: Calibration | None) -> list[Path]:
+    """The directories of a finding's calibration sweeps (none without a calibration), in the order they
+    run."""
+    return [calibration_dir(sweep_dir, i) for i in range(len(calibration.sweeps))] if calibration else []
 
 
 def perturbed_runs(rs: RunSet, other: Path, perturbation: Perturbation) -> RunSet:

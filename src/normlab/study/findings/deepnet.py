@@ -132,42 +132,45 @@ def _rows(rs: RunSet, variants: dict[str, tuple[str, str]], arm: str) -> tuple[d
 
 
 WINDOWS = ((1, 1), (1, 3), (1, 5), (6, 10), (11, EARLY_STEPS))
+Ratios = dict[tuple[int, int], float]  # (first step, last step) → Post-LN's update over DeepNorm's
 
 
-def _window_ratio(rs: RunSet, variants: dict[str, tuple[str, str]], a: int, b: int) -> float:
-    """Post-LN's update over DeepNorm's over steps a … b (geometric means over steps, then seeds)."""
-    per = {}
+def window_ratios(rs: RunSet, variants: dict[str, tuple[str, str]]) -> Ratios:
+    """Post-LN's update over DeepNorm's over each of WINDOWS and over the counted 1 … EARLY_STEPS (geometric
+    means over steps, then seeds), each run's update series read once."""
+    windows = sorted({*WINDOWS, (1, EARLY_STEPS)})
+    per: dict[str, dict[tuple[int, int], float]] = {}
     for label in ("Post-LN", "DeepNorm"):
-        vals = []
+        logs: dict[tuple[int, int], list[float]] = {w: [] for w in windows}
         for run in _variant(rs, *variants[label]).index:
             mu = run_metric(rs, run, names.MODEL_UPDATE)
-            w = mu[(mu.index >= a) & (mu.index <= b) & (mu > 0)]
-            if not w.empty:
-                vals.append(float(np.mean(np.log(w.to_numpy()))))
-        per[label] = float(np.mean(vals)) if vals else math.nan
-    return math.exp(per["Post-LN"] - per["DeepNorm"])
+            mu = mu[mu > 0]
+            for a, b in windows:
+                w = mu[(mu.index >= a) & (mu.index <= b)]
+                if not w.empty:
+                    logs[(a, b)].append(float(np.mean(np.log(w.to_numpy()))))
+        per[label] = {w: float(np.mean(v)) if v else math.nan for w, v in logs.items()}
+    return {w: math.exp(per["Post-LN"][w] - per["DeepNorm"][w]) for w in windows}
 
 
-def _windows(rs: RunSet, variants: dict[str, tuple[str, str]]) -> str:
+def _window_name(a: int, b: int) -> str:
+    return f"steps {a}–{b}" if a != b else f"step {a}"
+
+
+def _windows(ratios: Ratios) -> str:
     """Post-LN's early update over DeepNorm's by window of the early steps (geometric means over seeds)."""
-    return "; ".join(
-        f"step{'s' if a != b else ''} {a}{f'–{b}' if a != b else ''}: {_window_ratio(rs, variants, a, b):.2f}×"
-        for a, b in WINDOWS
-    )
+    return "; ".join(f"{_window_name(a, b)}: {ratios[(a, b)]:.2f}×" for a, b in WINDOWS)
 
 
-def window_dependence(rs: RunSet, variants: dict[str, tuple[str, str]]) -> str | None:
+def window_dependence(ratios: Ratios) -> str | None:
     """The sentence that says the update check's verdict depends on its window, where the windows of the
     first steps fall on both sides of the margin (the paper fixes none: "the very beginning of training")."""
-    starts = sorted({(a, b) for a, b in WINDOWS if a == 1} | {(1, EARLY_STEPS)})
-    ratios = {(a, b): _window_ratio(rs, variants, a, b) for a, b in starts}
-    above = [w for w, r in ratios.items() if r >= math.exp(UPDATE_MARGIN)]
-    below = [w for w, r in ratios.items() if r < math.exp(UPDATE_MARGIN)]
+    starts = {w: r for w, r in ratios.items() if w[0] == 1}
+    above = [w for w, r in starts.items() if r >= math.exp(UPDATE_MARGIN)]
+    below = [w for w, r in starts.items() if r < math.exp(UPDATE_MARGIN)]
     if not above or not below:
         return None
-    shown = ", ".join(
-        f"steps 1–{b}: {r:.2f}×" if b > 1 else f"step 1: {r:.2f}×" for (_, b), r in ratios.items()
-    )
+    shown = ", ".join(f"{_window_name(a, b)}: {r:.2f}×" for (a, b), r in starts.items())
     return (
         "**The update check depends on its window**, which the paper does not fix (“at the very beginning of "
         f"training”): Post-LN over DeepNorm at equal learning rates, {shown} — above the 1.5× margin over the "
@@ -232,6 +235,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             if label not in early:
                 raise CannotEvaluate(f"the equal-learning-rate arm has no {label} runs")
         update_gap = compare(flat, early["Post-LN"], early["DeepNorm"])
+        ratios = window_ratios(flat, variants)
         fewest = min(counted, default=0)
         if fewest >= MIN_EARLY:
             update = check(
@@ -249,9 +253,9 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
             )
         notes.append(
             "Post-LN's early update over DeepNorm's by window, at equal learning rates (no warm-up; geometric "
-            f"means over seeds): {_windows(flat, variants)}."
+            f"means over seeds): {_windows(ratios)}."
         )
-        if (dependence := window_dependence(flat, variants)) is not None:
+        if (dependence := window_dependence(ratios)) is not None:
             notes.insert(0, dependence)
         if "Pre-LN (control)" in early:
             vs_pre = compare(flat, early["Post-LN"], early["Pre-LN (control)"])
@@ -283,7 +287,7 @@ def evaluate(rs: RunSet, extras: Extras) -> Outcome:
         notes.append(
             "With warm-up (the recipe arm, not counted): the same early-update statistic is "
             f"{fmt_estimate(ramp, CONFIDENCE, 3, significant=True)} (×{math.exp(ramp.value):.2f}), by window "
-            f"{_windows(recipe, variants)} — the first steps run at a fraction of the peak rate, where "
+            f"{_windows(window_ratios(recipe, variants))} — the first steps run at a fraction of the peak rate, where "
             "DeepNorm's β-scaled branches move F least: the ratio the ramp makes, which round 3 counted."
         )
     for label in ("Post-LN", "DeepNorm"):

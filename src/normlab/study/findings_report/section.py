@@ -23,7 +23,7 @@ from normlab.study.findings import Finding
 from normlab.study.findings._finding import ROBUSTNESS, SCOPE, Calibration
 from normlab.study.findings._format import fmt_series
 from normlab.study.findings._learning import learned_count
-from normlab.study.robustness import Robustness, calibration_dir, dependence_verdict
+from normlab.study.robustness import Robustness, calibration_dirs, dependence_verdict
 from normlab.study.timings import MEASURE_S, fmt_duration
 from normlab.study.verdicts import CONFIDENCE, Check, Outcome
 
@@ -334,8 +334,8 @@ def calibration_tables(sweep: Path, calibration: Calibration | None) -> str | No
     if calibration is None:
         return None
     tables = [
-        (overrides, calibration_table(calibration_dir(sweep, i)))
-        for i, overrides in enumerate(calibration.sweeps)
+        (overrides, calibration_table(folder))
+        for overrides, folder in zip(calibration.sweeps, calibration_dirs(sweep, calibration), strict=True)
     ]
     ran = [(overrides, table) for overrides, table in tables if table is not None]
     if len(tables) == 1 or not ran:
